@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: the umbrella header. Includes every public header.
+#ifndef MEMDECAY_MEMDECAY_HPP
+#define MEMDECAY_MEMDECAY_HPP
+
+#include "memdecay/version.hpp"
+#include "memdecay/region.hpp"
+#include "memdecay/config.hpp"
+#include "memdecay/page_geometry.hpp"
+#include "memdecay/retention_score.hpp"
+#include "memdecay/sequence_state.hpp"
+#include "memdecay/attention.hpp"
+#include "memdecay/ewma_tracker.hpp"
+#include "memdecay/eviction.hpp"
+#include "memdecay/page_table.hpp"
+#include "memdecay/block_pool.hpp"
+#include "memdecay/sequence.hpp"
+
+#endif  // MEMDECAY_MEMDECAY_HPP

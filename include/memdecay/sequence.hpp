@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: one sequence under the MemDecay policy: labels, clock, attention, scores, selection and commit.
+//
+//   memdecay::sequence seq(cfg);                 // validates cfg (config_error)
+//   seq.append(memdecay::regions::system, 120);  // label tokens as they enter the KV cache
+//   seq.advance_to(step);                        // the engine's logical clock
+//   seq.observe_tokens(mass);                    // optional: attention per resident token (or per page, or heads)
+//   auto plan = seq.select_for_budget();         // phase 1: pure, changes nothing
+//   /* the engine applies plan.pages to its KV cache */
+//   seq.commit(plan, table, id);                 // phase 2: page table and state compact together
+//
+// Every call validates its input first and either fully applies or throws and changes nothing.
+#ifndef MEMDECAY_SEQUENCE_HPP
+#define MEMDECAY_SEQUENCE_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "memdecay/attention.hpp"
+#include "memdecay/config.hpp"
+#include "memdecay/detail/error.hpp"
+#include "memdecay/eviction.hpp"
+#include "memdecay/ewma_tracker.hpp"
+#include "memdecay/page_table.hpp"
+#include "memdecay/region.hpp"
+#include "memdecay/retention_score.hpp"
+#include "memdecay/sequence_state.hpp"
+
+namespace memdecay {
+
+/// One region's share of a page's score: the sums over its tokens divided by the page's token count, so the
+/// shares of all regions add up to the page score.
+template <std::floating_point Float>
+struct region_contribution {
+  region_id region;
+  std::size_t tokens;
+  score_terms<Float> terms;
+};
+
+/// Why a page scores what it scores (for logs and the demo; not on the hot path).
+template <std::floating_point Float>
+struct page_explanation {
+  std::size_t page;                 ///< logical index in the resident layout
+  std::uint64_t first_position;     ///< absolute position of its first token
+  std::size_t tokens;
+  page_status status;
+  score_terms<Float> terms;         ///< mean decay and attention terms; terms.total() is the page score
+  std::vector<region_contribution<Float>> by_region;  ///< ascending region id
+};
+
+/// A sequence under the MemDecay policy. Float is the score type (float or double); PageSize a compile-time page
+/// size, or dynamic_page_size to take config::page_size at run time.
+template <std::floating_point Float = float, std::size_t PageSize = dynamic_page_size>
+class basic_sequence {
+ public:
+  using float_type = Float;
+  using state_type = sequence_state<Float, PageSize>;
+  using plan_type = eviction_plan<Float>;
+
+  /// Validates `cfg` (config_error naming the field) and starts an empty sequence at step 0.
+  explicit basic_sequence(config cfg) : config_(validated(std::move(cfg))), regions_(config_.effective_regions()),
+                                        state_(config_.page_size) {
+    alpha_ = static_cast<Float>(config_.alpha);
+    params_.beta = static_cast<Float>(config_.effective_beta());
+    params_.tau = static_cast<Float>(config_.tau);
+  }
+
+  // --- read-only views ---------------------------------------------------------------------------------------
+  [[nodiscard]] const config& get_config() const noexcept { return config_; }
+  /// The region table in effect (config.regions with config.region_overrides applied).
+  [[nodiscard]] const region_table& regions() const noexcept { return regions_; }
+  [[nodiscard]] const state_type& state() const noexcept { return state_; }
+  [[nodiscard]] std::size_t page_size() const noexcept { return state_.page_size(); }
+  [[nodiscard]] std::size_t kv_len() const noexcept { return state_.kv_len(); }
+  [[nodiscard]] std::size_t num_pages() const noexcept { return state_.num_pages(); }
+  [[nodiscard]] std::uint64_t logical_len() const noexcept { return state_.logical_len(); }
+  [[nodiscard]] std::uint64_t evicted_tokens() const noexcept { return state_.evicted_tokens(); }
+  [[nodiscard]] step_t now() const noexcept { return state_.now(); }
+  [[nodiscard]] std::uint64_t position_of(std::size_t index) const noexcept { return state_.position_of(index); }
+  [[nodiscard]] std::vector<std::uint64_t> positions() const { return state_.positions(); }
+  [[nodiscard]] std::optional<std::uint64_t> prefix_cache_boundary() const noexcept {
+    return state_.prefix_cache_boundary();
+  }
+  [[nodiscard]] std::uint64_t digest() const noexcept { return state_.digest(); }
+
+  // --- labels ------------------------------------------------------------------------------------------------
+  /// Appends `count` tokens of region `r`. input_error for an unknown region.
+  void append(region_id r, std::size_t count = 1) {
+    const region_span span{r, count};
+    append(std::span<const region_span>(&span, 1));
+  }
+  /// Appends run-length spans. input_error (appending nothing) if any span names an unknown region.
+  void append(std::span<const region_span> spans) {
+    for (std::size_t k = 0; k < spans.size(); ++k) check_region(spans[k].region, "span", k);
+    state_.append(spans);
+  }
+  /// Appends one token per label. input_error (appending nothing) if any label is an unknown region.
+  void append_tokens(std::span<const region_id> labels) {
+    for (std::size_t k = 0; k < labels.size(); ++k) check_region(labels[k], "label", k);
+    state_.append(labels);
+  }
+
+  // --- clock -------------------------------------------------------------------------------------------------
+  /// Moves the logical clock forward (input_error if backwards). Decay follows the clock, observed or not.
+  void advance_to(step_t step) { state_.advance_to(step); }
+
+  // --- attention ---------------------------------------------------------------------------------------------
+  /// Observes per-token mass over the resident tokens, in page order. Returns how many tokens were refreshed.
+  /// input_error (changing nothing) on a wrong length or a NaN, infinite or negative mass.
+  std::size_t observe_tokens(std::span<const Float> mass) {
+    validate_mass(mass, kv_len(), "per-token attention");
+    check_normalised_finite(mass);
+    return apply(mass);
+  }
+  /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
+  std::size_t observe_pages(std::span<const Float> page_mass) {
+    validate_mass(page_mass, num_pages(), "per-page attention");
+    std::vector<Float> per_token(kv_len());
+    for (std::size_t p = 0; p < num_pages(); ++p) {
+      const std::size_t n = state_.tokens_in_page(p);
+      std::fill_n(per_token.begin() + static_cast<std::ptrdiff_t>(p * page_size()), n,
+                  page_mass[p] / static_cast<Float>(n));
+    }
+    check_normalised_finite(per_token);
+    return apply(per_token);
+  }
+  /// Observes a heads x tokens matrix, reduced by sum or mean over heads.
+  template <class Derived>
+  std::size_t observe_heads(const Eigen::MatrixBase<Derived>& heads_by_tokens, head_reduction how) {
+    static_assert(std::is_same_v<typename Derived::Scalar, Float>, "matrix scalar must match the score type");
+    const auto mass = reduce_heads(heads_by_tokens, how);
+    return observe_tokens(mass);
+  }
+  /// Observes layers x heads x tokens (a range of heads x tokens matrices), reduced by sum or mean.
+  template <std::ranges::forward_range Layers>
+  std::size_t observe_layers(const Layers& layers, head_reduction how) {
+    const auto mass = reduce_layers(layers, how);
+    return observe_tokens(std::span<const Float>(mass));
+  }
+
+  // --- scores ------------------------------------------------------------------------------------------------
+  /// The score terms of resident token `index`.
+  [[nodiscard]] score_terms<Float> token_terms(std::size_t index) const noexcept {
+    return token_score_terms(regions_, state_.regions()[index], state_.last_refresh()[index], now(), alpha_,
+                             state_.ewma()[index]);
+  }
+  /// Writes every page's score into `out` (length num_pages(); input_error otherwise).
+  void page_scores(std::span<Float> out) const {
+    if (out.size() != num_pages())
+      detail::raise_input("page_scores output has " + detail::to_text(out.size()) + " entries, expected " +
+                          detail::to_text(num_pages()));
+    page_scores_reference(state_, regions_, alpha_, out);
+  }
+  [[nodiscard]] std::vector<Float> page_scores() const {
+    std::vector<Float> out(num_pages());
+    page_scores_reference(state_, regions_, alpha_, std::span<Float>(out));
+    return out;
+  }
+  /// Every page's status under the config's protections and the caller's protected pages.
+  [[nodiscard]] std::vector<page_status> page_statuses(std::span<const std::size_t> caller_protected = {}) const {
+    std::vector<page_status> out(num_pages());
+    memdecay::page_statuses(state_, regions_, config_.protection, caller_protected, std::span<page_status>(out));
+    return out;
+  }
+  /// The score of page `page` broken down by term and region.
+  [[nodiscard]] page_explanation<Float> explain_page(std::size_t page) const {
+    if (page >= num_pages())
+      detail::raise_input("page " + detail::to_text(page) + " does not exist (" + detail::to_text(num_pages()) +
+                          " pages)");
+    page_explanation<Float> e{page, state_.position_of(page * page_size()), state_.tokens_in_page(page),
+                              page_statuses()[page], {}, {}};
+    std::vector<region_contribution<Float>> acc(regions_.size());
+    for (std::size_t r = 0; r < acc.size(); ++r) acc[r].region = static_cast<region_id>(r);
+    const Float inv_n = Float{1} / static_cast<Float>(e.tokens);
+    for (std::size_t i = page * page_size(); i < page * page_size() + e.tokens; ++i) {
+      const auto t = token_terms(i);
+      auto& a = acc[state_.regions()[i]];
+      ++a.tokens;
+      a.terms.decay += t.decay * inv_n;
+      a.terms.attention += t.attention * inv_n;
+      e.terms.decay += t.decay * inv_n;
+      e.terms.attention += t.attention * inv_n;
+    }
+    for (const auto& a : acc)
+      if (a.tokens) e.by_region.push_back(a);
+    return e;
+  }
+
+  // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
+  /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable), never touching pinned or protected
+  /// pages. `caller_protected`: pages that in-flight or speculative tokens still read.
+  [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
+    const auto scores = page_scores();
+    const auto status = page_statuses(caller_protected);
+    plan_type plan;
+    plan.requested = k;
+    plan.page_size = page_size();
+    plan.generation = state_.generation();
+    plan.pages = select_lowest_pages<Float>(scores, status, k);
+    for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
+    plan.pages_over_budget = pages_over_high(kv_len() - plan.tokens());
+    return plan;
+  }
+  /// What the budget asks for: nothing while the resident size is within the high watermark; otherwise enough of
+  /// the lowest-scoring evictable pages to reach the low watermark. When pinned and protected pages alone exceed
+  /// the budget, the plan evicts what it may and pages_over_budget says by how much the high watermark is still
+  /// exceeded.
+  [[nodiscard]] plan_type select_for_budget(std::span<const std::size_t> caller_protected = {}) const {
+    const auto marks = config_.budget.in_tokens(page_size(), logical_len());
+    if (kv_len() <= marks.high) return select(0, caller_protected);
+    const std::uint64_t excess = kv_len() - marks.low;
+    return select(static_cast<std::size_t>((excess + page_size() - 1) / page_size()), caller_protected);
+  }
+
+  // --- commit (phase 2) ----------------------------------------------------------------------------------------
+  /// Compacts the state by the plan's pages. usage_error, changing nothing, if the plan is stale (the sequence
+  /// changed since it was selected) or names pages that are not evictable.
+  void commit(const plan_type& plan) {
+    check_plan(plan);
+    state_.remove_pages(plan.pages);
+  }
+  /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
+  /// changing neither, if the plan is stale or the table disagrees with the state (page size, page count).
+  template <page_table Table>
+  void commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
+    check_plan(plan);
+    if (static_cast<std::size_t>(table.page_size()) != page_size())
+      detail::raise_usage("page table has page size " + detail::to_text(table.page_size()) + ", sequence has " +
+                          detail::to_text(page_size()));
+    if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages())
+      detail::raise_usage("page table holds " + detail::to_text(table.num_pages(seq)) +
+                          " pages for this sequence, the sequence has " + detail::to_text(num_pages()));
+    table.remove_pages(seq, plan.pages);  // may throw: the state is untouched so far
+    state_.remove_pages(plan.pages);      // cannot fail: check_plan validated the same indices
+  }
+
+ private:
+  static config validated(config cfg) {
+    cfg.validate();
+    return cfg;
+  }
+  void check_region(region_id r, const char* what, std::size_t k) const {
+    if (!regions_.contains(r))
+      detail::raise_input(std::string(what) + " " + detail::to_text(k) + ": unknown region id " +
+                          detail::to_text(int{r}) + " (table has " + detail::to_text(regions_.size()) + " regions)");
+  }
+  void check_normalised_finite(std::span<const Float> mass) const {
+    const Float scale = normalization_scale<Float>(config_.normalization, kv_len());
+    for (std::size_t i = 0; i < mass.size(); ++i)
+      if (!std::isfinite(scale * mass[i]))
+        detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) +
+                            " overflows once normalised");
+  }
+  std::size_t apply(std::span<const Float> mass) noexcept {
+    params_.scale = normalization_scale<Float>(config_.normalization, kv_len());
+    const std::size_t refreshed =
+        observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
+    state_.touch();
+    return refreshed;
+  }
+  [[nodiscard]] std::size_t pages_over_high(std::uint64_t resident_after) const noexcept {
+    const auto marks = config_.budget.in_tokens(page_size(), logical_len());
+    if (resident_after <= marks.high) return 0;
+    return static_cast<std::size_t>((resident_after - marks.high + page_size() - 1) / page_size());
+  }
+  void check_plan(const plan_type& plan) const {
+    if (plan.generation != state_.generation())
+      detail::raise_usage("stale plan: selected at generation " + detail::to_text(plan.generation) +
+                          ", the sequence is at generation " + detail::to_text(state_.generation()));
+    if (plan.page_size != page_size())
+      detail::raise_usage("plan was made for page size " + detail::to_text(plan.page_size));
+    state_.check_removable(plan.pages);
+    const auto status = page_statuses();
+    for (std::size_t p : plan.pages)
+      if (status[p] != page_status::evictable)
+        detail::raise_usage("plan names page " + detail::to_text(p) + ", which is " + to_string(status[p]));
+  }
+
+  config config_;
+  region_table regions_;
+  state_type state_;
+  Float alpha_{};
+  observation_params<Float> params_{};
+};
+
+/// The common case: float scores, page size chosen at run time.
+using sequence = basic_sequence<float, dynamic_page_size>;
+
+}  // namespace memdecay
+
+#endif  // MEMDECAY_SEQUENCE_HPP

@@ -1,0 +1,16 @@
+# Compiles the consumer with only the flags `pkg-config --cflags memdecay` gives, then runs it.
+set(ENV{PKG_CONFIG_PATH} "${PREFIX}/share/pkgconfig")
+execute_process(COMMAND ${PKG_CONFIG} --cflags memdecay OUTPUT_VARIABLE cflags RESULT_VARIABLE rc
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config --cflags memdecay failed")
+endif()
+separate_arguments(cflags UNIX_COMMAND "${cflags}")
+execute_process(COMMAND ${CXX} ${cflags} ${SOURCE} -o ${OUT} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compiling with pkg-config flags failed: ${cflags}")
+endif()
+execute_process(COMMAND ${OUT} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "consumer failed")
+endif()
