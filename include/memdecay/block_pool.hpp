@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: an owning KV block pool with a free list and per-sequence block tables.
+// memdecay: an owning KV block pool with a free list, reference counts and per-sequence block tables.
 //
 // The reference page table: the default for the examples, tests and tools, and a model of what engines keep
 // (vLLM's BlockPool + req_to_blocks, SGLang's paged allocator). It tracks ids only; the engine owns the memory.
-// The free list is a stack (last freed, first reused; ids 0, 1, 2, ... on a fresh pool), so the ids a run gets
-// are a pure function of its calls. Sequences live in an ordered map, so iteration never depends on hashing.
+//   - The free list is a stack (last freed, first reused; ids 0, 1, 2, ... on a fresh pool), so the ids a run
+//     gets are a pure function of its calls.
+//   - Sequences live in an ordered map, so iteration never depends on hashing.
+//   - Blocks are reference counted: share_prefix() lets a new sequence start from another's full pages (prefix
+//     caching, parallel sampling), and a shared block returns to the free list only when its last holder drops
+//     it. remove_pages() therefore says which blocks it actually freed.
 #ifndef MEMDECAY_BLOCK_POOL_HPP
 #define MEMDECAY_BLOCK_POOL_HPP
 
@@ -13,9 +17,9 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
@@ -29,31 +33,43 @@ class block_pool {
   using page_id = PageId;
   using sequence_id = SequenceId;
 
-  /// A pool of `num_blocks` blocks of `page_size` tokens each.
-  block_pool(std::size_t num_blocks, std::size_t page_size) : page_size_(page_size) {
+  /// A pool of `num_blocks` blocks of `page_size` tokens each. config_error unless the page size is a power of
+  /// two and every block id fits PageId.
+  block_pool(std::size_t num_blocks, std::size_t page_size) : page_size_(page_size), refs_(num_blocks, 0) {
     if (page_size == 0 || !std::has_single_bit(page_size))
       detail::raise_config("block_pool page_size = " + detail::to_text(page_size) + " (must be a power of two)");
+    if (num_blocks > 0 && !fits_page_id(num_blocks - 1))
+      detail::raise_config("block_pool num_blocks = " + detail::to_text(num_blocks) + " (ids do not fit the page id type)");
     free_.reserve(num_blocks);
     for (std::size_t i = num_blocks; i-- > 0;) free_.push_back(static_cast<PageId>(i));  // pop_back gives 0 first
-    capacity_ = num_blocks;
   }
 
   [[nodiscard]] std::size_t page_size() const noexcept { return page_size_; }
-  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return refs_.size(); }
   [[nodiscard]] std::size_t free_blocks() const noexcept { return free_.size(); }
-  [[nodiscard]] std::size_t used_blocks() const noexcept { return capacity_ - free_.size(); }
+  [[nodiscard]] std::size_t used_blocks() const noexcept { return capacity() - free_.size(); }
   [[nodiscard]] bool contains(const SequenceId& seq) const noexcept { return seqs_.contains(seq); }
   [[nodiscard]] std::size_t num_sequences() const noexcept { return seqs_.size(); }
+
+  /// How many sequences hold block `id` (0: free). input_error for an id outside the pool.
+  [[nodiscard]] std::size_t ref_count(PageId id) const {
+    if (id < 0 || static_cast<std::size_t>(id) >= capacity())
+      detail::raise_input("block id " + detail::to_text(id) + " is not in the pool (" + detail::to_text(capacity()) +
+                          " blocks)");
+    return refs_[static_cast<std::size_t>(id)];
+  }
 
   /// Opens an empty sequence; usage_error if it is already open.
   void open(const SequenceId& seq) {
     if (seqs_.contains(seq)) detail::raise_usage("sequence is already open in the block pool");
     seqs_.emplace(seq, entry{});
   }
-  /// Releases every block of the sequence and forgets it; usage_error if it is not open.
+  /// Drops every block of the sequence (freeing those it held alone) and forgets it; usage_error if it is not
+  /// open. Blocks are released last page first, so the head of a sequence stays cached longest (vLLM frees in
+  /// reverse for the same reason).
   void close(const SequenceId& seq) {
     auto& e = find(seq);
-    for (auto it = e.blocks.rbegin(); it != e.blocks.rend(); ++it) free_.push_back(*it);
+    for (auto it = e.blocks.rbegin(); it != e.blocks.rend(); ++it) release(*it);
     seqs_.erase(seq);
   }
 
@@ -68,9 +84,27 @@ class block_pool {
     e.blocks.reserve(e.blocks.size() + needed);
     for (std::size_t i = 0; i < needed; ++i) {
       e.blocks.push_back(free_.back());
+      refs_[static_cast<std::size_t>(free_.back())] = 1;
       free_.pop_back();
     }
     e.tokens += tokens;
+  }
+
+  /// Starts the open, empty sequence `to` with the first `pages` full pages of `from`, sharing their blocks
+  /// (each block's reference count goes up by one). usage_error, changing nothing, when either sequence is not
+  /// open, `to` already holds tokens, or `from` has fewer than `pages` full pages. Only full pages can be shared:
+  /// the partial last page is still being written.
+  void share_prefix(const SequenceId& from, const SequenceId& to, std::size_t pages) {
+    const auto& source = find(from);
+    auto& target = find(to);
+    if (from == to) detail::raise_usage("share_prefix: a sequence cannot share with itself");
+    if (target.tokens != 0) detail::raise_usage("share_prefix: the target sequence is not empty");
+    if (pages > source.tokens / page_size_)
+      detail::raise_usage("share_prefix: " + detail::to_text(pages) + " pages asked, the source has " +
+                          detail::to_text(source.tokens / page_size_) + " full pages");
+    target.blocks.assign(source.blocks.begin(), source.blocks.begin() + static_cast<std::ptrdiff_t>(pages));
+    for (PageId id : target.blocks) ++refs_[static_cast<std::size_t>(id)];
+    target.tokens = pages * page_size_;
   }
 
   [[nodiscard]] std::size_t num_tokens(const SequenceId& seq) const { return find(seq).tokens; }
@@ -85,49 +119,54 @@ class block_pool {
   /// The sequence's block table (physical ids in logical order).
   [[nodiscard]] std::span<const PageId> block_table(const SequenceId& seq) const { return find(seq).blocks; }
 
-  /// Removes the strictly ascending logical pages, compacts the block table and frees the blocks. Only full
-  /// pages may be removed. Throws usage_error, changing nothing, when an index is invalid.
-  void remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) {
-    auto& e = find(seq);
-    for (std::size_t k = 0; k < pages.size(); ++k) {
-      if (pages[k] >= e.blocks.size())
-        detail::raise_usage("remove_pages: logical page " + detail::to_text(pages[k]) + " out of range (" +
-                            detail::to_text(e.blocks.size()) + " pages)");
-      if (k > 0 && pages[k] <= pages[k - 1])
-        detail::raise_usage("remove_pages: pages must be strictly ascending");
-      if ((pages[k] + 1) * page_size_ > e.tokens)
-        detail::raise_usage("remove_pages: logical page " + detail::to_text(pages[k]) + " is not full");
-    }
-    free_.reserve(free_.size() + pages.size());  // capacity is `capacity_` already; keeps the no-throw claim honest
-    std::size_t write = 0, next = 0;
-    for (std::size_t read = 0; read < e.blocks.size(); ++read) {
-      if (next < pages.size() && pages[next] == read) {
-        free_.push_back(e.blocks[read]);
-        ++next;
-      } else {
-        e.blocks[write++] = e.blocks[read];
-      }
-    }
-    e.blocks.resize(write);
-    e.tokens -= pages.size() * page_size_;
+  /// Throws what remove_pages(seq, pages) would throw, changing nothing: usage_error for a sequence that is not
+  /// open, a page list that is out of range, unsorted or repeated, or a page that is not full.
+  void check_remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) const {
+    const auto& e = find(seq);
+    check_page_list(pages, e.blocks.size());
+    for (std::size_t p : pages)
+      if ((p + 1) * page_size_ > e.tokens)
+        detail::raise_usage("remove_pages: logical page " + detail::to_text(p) + " is not full");
   }
 
-  /// Checks the pool's invariants: every block is either free or owned by exactly one sequence, and each sequence
-  /// holds exactly the blocks its token count needs. Returns false on any violation.
+  /// Removes the strictly ascending logical pages, compacts the block table and drops one reference to each
+  /// removed block. Returns the blocks that became free (those no other sequence holds), in logical order.
+  /// Throws usage_error, changing nothing, when check_remove_pages() does.
+  std::vector<PageId> remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) {
+    check_remove_pages(seq, pages);
+    auto& e = find(seq);
+    std::vector<PageId> freed;
+    freed.reserve(pages.size());  // the only allocation; free_ already has room for every block
+    for (std::size_t p : pages)
+      if (refs_[static_cast<std::size_t>(e.blocks[p])] == 1) freed.push_back(e.blocks[p]);
+    for (std::size_t p : pages) release(e.blocks[p]);
+    e.blocks.resize(compact_pages(std::span<PageId>(e.blocks), 1, pages));
+    e.tokens -= pages.size() * page_size_;
+    return freed;
+  }
+
+  /// Checks the pool's invariants: a block is free exactly when no sequence holds it, its reference count is the
+  /// number of times sequences hold it, no sequence holds a block twice, and each sequence holds exactly the
+  /// blocks its token count needs. Returns false on any violation.
   [[nodiscard]] bool consistent() const {
-    std::vector<int> owners(capacity_, 0);
+    std::vector<std::size_t> held(capacity(), 0), freed(capacity(), 0);
     for (PageId id : free_) {
-      if (id < 0 || static_cast<std::size_t>(id) >= capacity_) return false;
-      ++owners[static_cast<std::size_t>(id)];
+      if (id < 0 || static_cast<std::size_t>(id) >= capacity()) return false;
+      ++freed[static_cast<std::size_t>(id)];
     }
     for (const auto& [seq, e] : seqs_) {
       if (e.blocks.size() != pages_for(e.tokens)) return false;
+      std::vector<PageId> sorted = e.blocks;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) return false;
       for (PageId id : e.blocks) {
-        if (id < 0 || static_cast<std::size_t>(id) >= capacity_) return false;
-        ++owners[static_cast<std::size_t>(id)];
+        if (id < 0 || static_cast<std::size_t>(id) >= capacity()) return false;
+        ++held[static_cast<std::size_t>(id)];
       }
     }
-    return std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; });
+    for (std::size_t id = 0; id < capacity(); ++id)
+      if (held[id] != refs_[id] || freed[id] != (held[id] == 0 ? 1u : 0u)) return false;
+    return true;
   }
 
  private:
@@ -135,7 +174,15 @@ class block_pool {
     std::vector<PageId> blocks;
     std::size_t tokens = 0;
   };
+  [[nodiscard]] static bool fits_page_id(std::size_t id) noexcept {
+    return std::in_range<PageId>(id);
+  }
   [[nodiscard]] std::size_t pages_for(std::size_t tokens) const noexcept { return (tokens + page_size_ - 1) / page_size_; }
+  // Drops one reference; the last one returns the block to the free list. Never allocates: free_ was reserved
+  // for every block at construction.
+  void release(PageId id) noexcept {
+    if (--refs_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
+  }
   entry& find(const SequenceId& seq) {
     auto it = seqs_.find(seq);
     if (it == seqs_.end()) detail::raise_usage("sequence is not open in the block pool");
@@ -148,12 +195,14 @@ class block_pool {
   }
 
   std::size_t page_size_;
-  std::size_t capacity_ = 0;
+  std::vector<std::size_t> refs_;
   std::vector<PageId> free_;
   std::map<SequenceId, entry> seqs_;
 };
 
 static_assert(page_table<block_pool<>>);
+static_assert(checked_page_table<block_pool<>>);
+static_assert(shared_page_table<block_pool<>>);
 
 }  // namespace memdecay
 

@@ -14,6 +14,9 @@
 #include "memdecay/eviction.hpp"
 #include "memdecay/page_table.hpp"
 #include "memdecay/block_pool.hpp"
+#include "memdecay/page_tables/flashinfer_csr.hpp"
+#include "memdecay/page_tables/vllm_block_table.hpp"
+#include "memdecay/page_tables/sglang_req_to_token.hpp"
 #include "memdecay/sequence.hpp"
 
 #endif  // MEMDECAY_MEMDECAY_HPP
