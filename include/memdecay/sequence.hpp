@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -230,8 +231,9 @@ class basic_sequence {
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
   /// changing neither, if the plan is stale or the table disagrees with the state (page size, page count).
+  /// Returns what the table's remove_pages returns (the freed block ids, or slot ranges, for the allocator).
   template <page_table Table>
-  void commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
+  auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
     check_plan(plan);
     if (static_cast<std::size_t>(table.page_size()) != page_size())
       detail::raise_usage("page table has page size " + detail::to_text(table.page_size()) + ", sequence has " +
@@ -239,8 +241,14 @@ class basic_sequence {
     if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages())
       detail::raise_usage("page table holds " + detail::to_text(table.num_pages(seq)) +
                           " pages for this sequence, the sequence has " + detail::to_text(num_pages()));
-    table.remove_pages(seq, plan.pages);  // may throw: the state is untouched so far
-    state_.remove_pages(plan.pages);      // cannot fail: check_plan validated the same indices
+    if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
+      table.remove_pages(seq, plan.pages);  // may throw: the state is untouched so far
+      state_.remove_pages(plan.pages);      // cannot fail: check_plan validated the same indices
+    } else {
+      auto released = table.remove_pages(seq, plan.pages);
+      state_.remove_pages(plan.pages);
+      return released;
+    }
   }
 
  private:
