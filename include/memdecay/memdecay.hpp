@@ -17,6 +17,8 @@
 #include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "memdecay/page_tables/vllm_block_table.hpp"
 #include "memdecay/page_tables/sglang_req_to_token.hpp"
+#include "memdecay/simd/simd.hpp"
 #include "memdecay/sequence.hpp"
+#include "memdecay/manager.hpp"
 
 #endif  // MEMDECAY_MEMDECAY_HPP
