@@ -19,6 +19,10 @@
 #include "memdecay/page_tables/sglang_req_to_token.hpp"
 #include "memdecay/simd/simd.hpp"
 #include "memdecay/sequence.hpp"
+#include "memdecay/trace.hpp"
+#include "memdecay/trace_generator.hpp"
 #include "memdecay/manager.hpp"
+#include "memdecay/exports/llama_cpp.hpp"
+#include "memdecay/exports/tensorrt_llm.hpp"
 
 #endif  // MEMDECAY_MEMDECAY_HPP

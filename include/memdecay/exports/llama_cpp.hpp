@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: eviction decisions as llama.cpp position ranges.
+//
+// llama.cpp stores K/V in cells tagged with a position and removes them by position range:
+//   bool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1);  // [p0, p1)
+// llama_pos is int32. An engine turns a plan into calls with:
+//   for (auto [p0, p1] : memdecay::llama_position_ranges(seq, plan)) llama_memory_seq_rm(mem, id, p0, p1);
+//   seq.commit(plan);
+// Ranges are computed from the positions the plan's pages hold *before* commit (commit renumbers logical pages).
+// Keys keep their absolute positions, so the cache has holes afterwards: new tokens need explicit batch.pos, and
+// llama.cpp's "every position in [pos_min, pos_max] is present" guarantee no longer holds (docs/integration.md).
+#ifndef MEMDECAY_EXPORTS_LLAMA_CPP_HPP
+#define MEMDECAY_EXPORTS_LLAMA_CPP_HPP
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "memdecay/detail/error.hpp"
+#include "memdecay/eviction.hpp"
+#include "memdecay/sequence.hpp"
+
+namespace memdecay {
+
+/// A half-open range [p0, p1) of llama.cpp positions (llama_pos is int32).
+struct llama_position_range {
+  std::int32_t p0;
+  std::int32_t p1;
+  friend bool operator==(const llama_position_range&, const llama_position_range&) = default;
+};
+
+namespace detail {
+// Appends [begin, end) to `out`, merging it into the last range when they touch; input_error if it leaves int32.
+inline void push_position_range(std::vector<llama_position_range>& out, std::uint64_t begin, std::uint64_t end) {
+  if (end > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
+    detail::raise_input("position " + detail::to_text(end) + " does not fit llama_pos (int32)");
+  if (!out.empty() && static_cast<std::uint64_t>(out.back().p1) == begin) {
+    out.back().p1 = static_cast<std::int32_t>(end);
+  } else {
+    out.push_back({static_cast<std::int32_t>(begin), static_cast<std::int32_t>(end)});
+  }
+}
+}  // namespace detail
+
+/// The positions `plan` evicts from `seq`, as ascending, merged ranges for llama_memory_seq_rm. Call before
+/// commit. usage_error if the plan is stale or names pages that cannot be removed; input_error if a position does
+/// not fit int32. Changes nothing.
+template <std::floating_point Float, std::size_t PageSize>
+[[nodiscard]] std::vector<llama_position_range> llama_position_ranges(const basic_sequence<Float, PageSize>& seq,
+                                                                      const eviction_plan<Float>& plan) {
+  if (plan.generation != seq.state().generation() || plan.page_size != seq.page_size())
+    detail::raise_usage("llama_position_ranges: the plan is stale (selected at generation " +
+                        detail::to_text(plan.generation) + ", the sequence is at " +
+                        detail::to_text(seq.state().generation()) + ")");
+  seq.state().check_removable(plan.pages);
+  std::vector<llama_position_range> out;
+  const auto origins = seq.state().page_origins();
+  for (std::size_t p : plan.pages)
+    detail::push_position_range(out, origins[p] * seq.page_size(), (origins[p] + 1) * seq.page_size());
+  return out;
+}
+
+/// Every position `seq` has evicted so far, as ascending, merged ranges: the holes in its llama.cpp cache. An
+/// engine that rebuilds or checks its cache (after a restore, or to assert the two agree) replays these.
+template <std::floating_point Float, std::size_t PageSize>
+[[nodiscard]] std::vector<llama_position_range> llama_evicted_ranges(const basic_sequence<Float, PageSize>& seq) {
+  std::vector<llama_position_range> out;
+  const std::uint64_t P = seq.page_size();
+  std::uint64_t expected = 0;  // the next original page if nothing had been evicted
+  for (std::uint64_t origin : seq.state().page_origins()) {
+    if (origin > expected) detail::push_position_range(out, expected * P, origin * P);
+    expected = origin + 1;
+  }
+  if (expected * P < seq.logical_len()) detail::push_position_range(out, expected * P, seq.logical_len());
+  return out;
+}
+
+}  // namespace memdecay
+
+#endif  // MEMDECAY_EXPORTS_LLAMA_CPP_HPP
