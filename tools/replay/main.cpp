@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay-replay: replays agent traces through eviction policies under budgets and scores the eviction-probe
+// protocol (probe survival, attention loss, evictions) per policy x budget x tier x region. docs/replay.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memdecay/trace.hpp>
+#include <memdecay/trace_generator.hpp>
+#include <memdecay/version.hpp>
+
+#include "replay.hpp"
+
+namespace md = memdecay;
+namespace tr = memdecay::trace;
+namespace rp = memdecay::replay;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+struct options {
+  std::vector<std::string> traces;
+  bool generate = false;
+  std::uint64_t seed = 1;
+  std::size_t probes_per_tier = 2160;
+  std::uint32_t layers = 1;
+  std::string write_traces;
+  std::vector<std::string> policies{"all"};
+  std::vector<double> budgets{0.25, 0.5, 0.75};
+  std::size_t page_size = 16;
+  std::size_t recent_tokens = 16;
+  std::size_t sink_pages = 0;
+  bool pin_plan = false;
+  std::optional<double> alpha, tau, ewma_beta;
+  std::string json_path, plot_path, log_path;
+  bool progress = false, no_progress = false, list_policies = false;
+};
+
+// Every policy the tool knows, in the order tables list them.
+std::vector<rp::policy_entry> known_policies(const options& o) {
+  std::vector<rp::policy_entry> all;
+  for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform})
+    all.push_back(rp::memdecay_policy(mode, o.alpha, o.tau, o.ewma_beta));
+  return all;
+}
+
+std::vector<rp::policy_entry> chosen_policies(const options& o) {
+  const auto known = known_policies(o);
+  std::vector<rp::policy_entry> out;
+  for (const auto& name : o.policies) {
+    if (name == "all") {
+      for (const auto& p : known)
+        if (std::none_of(out.begin(), out.end(), [&](const auto& q) { return q.name == p.name; })) out.push_back(p);
+      continue;
+    }
+    auto it = std::find_if(known.begin(), known.end(), [&](const auto& p) { return p.name == name; });
+    if (it == known.end()) {
+      std::string names;
+      for (const auto& p : known) names += " " + p.name;
+      throw md::input_error("unknown policy '" + name + "' (known: all" + names + ")");
+    }
+    if (std::none_of(out.begin(), out.end(), [&](const auto& q) { return q.name == name; })) out.push_back(*it);
+  }
+  return out;
+}
+
+// A progress bar on stderr, drawn only when stderr is a terminal (or --progress) and the run has lasted a few
+// seconds; --no-progress turns it off.
+class progress_bar {
+ public:
+  progress_bar(std::size_t total, bool enabled) : total_(total), enabled_(enabled), start_(clock::now()) {}
+  void tick() {
+    ++done_;
+    if (!enabled_) return;
+    const auto now = clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 2.0 || (done_ != total_ && std::chrono::duration<double>(now - last_).count() < 0.1)) return;
+    last_ = now;
+    drawn_ = true;
+    const int width = 40;
+    const int filled = static_cast<int>(static_cast<double>(width) * done_ / total_);
+    std::fprintf(stderr, "\r[%s%s] %3d%%  %zu/%zu episode replays  %.1f s", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<int>(100.0 * done_ / total_), done_, total_,
+                 elapsed);
+    std::fflush(stderr);
+  }
+  ~progress_bar() {
+    if (drawn_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  std::size_t total_, done_ = 0;
+  bool enabled_, drawn_ = false;
+  clock::time_point start_, last_{};
+};
+
+std::string percent(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * v);
+  return b;
+}
+std::string budget_text(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%g%%", 100.0 * b);
+  return s;
+}
+
+void print_tables(const std::vector<rp::cell_result>& cells, const std::vector<std::string>& region_names) {
+  std::printf("| policy | budget | tier | probes | survival | attention loss | pages evicted |");
+  for (const auto& r : region_names) std::printf(" %s |", r.c_str());
+  std::printf("\n|---|---|---|---:|---:|---:|---:|");
+  for (std::size_t r = 0; r < region_names.size(); ++r) std::printf("---:|");
+  std::printf("\n");
+  for (const auto& c : cells) {
+    std::printf("| %s | %s | %s | %zu | %s | %s | %llu |", c.policy.c_str(), budget_text(c.budget).c_str(),
+                c.tier.c_str(), c.probes, percent(c.survival()).c_str(), percent(c.attention_loss()).c_str(),
+                static_cast<unsigned long long>(c.evicted_pages));
+    for (std::size_t r = 0; r < region_names.size(); ++r) {
+      const auto& g = c.regions[r];
+      std::printf(" %s |", g.probes ? percent(static_cast<double>(g.survived) / g.probes).c_str() : "-");
+    }
+    std::printf("\n");
+  }
+  // Both tiers pooled: the comparison at a glance.
+  std::map<std::pair<std::string, double>, rp::cell_result> pooled;
+  std::vector<std::pair<std::string, double>> order;
+  for (const auto& c : cells) {
+    const auto key = std::make_pair(c.policy, c.budget);
+    if (!pooled.count(key)) order.push_back(key);
+    auto& p = pooled[key];
+    p.policy = c.policy;
+    p.budget = c.budget;
+    p.probes += c.probes;
+    p.survived += c.survived;
+    p.total_mass += c.total_mass;
+    p.lost_mass += c.lost_mass;
+  }
+  std::printf("\nAll tiers pooled: probe survival (attention loss)\n\n| policy |");
+  std::vector<double> budgets;
+  for (const auto& k : order)
+    if (std::find(budgets.begin(), budgets.end(), k.second) == budgets.end()) budgets.push_back(k.second);
+  for (double b : budgets) std::printf(" %s |", budget_text(b).c_str());
+  std::printf("\n|---|");
+  for (std::size_t i = 0; i < budgets.size(); ++i) std::printf("---:|");
+  std::printf("\n");
+  std::vector<std::string> policies;
+  for (const auto& k : order)
+    if (std::find(policies.begin(), policies.end(), k.first) == policies.end()) policies.push_back(k.first);
+  for (const auto& p : policies) {
+    std::printf("| %s |", p.c_str());
+    for (double b : budgets) {
+      const auto it = pooled.find({p, b});
+      if (it == pooled.end()) {
+        std::printf(" - |");
+        continue;
+      }
+      std::printf(" %s (%s) |", percent(it->second.survival()).c_str(), percent(it->second.attention_loss()).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+json to_json(const rp::cell_result& c, const std::vector<std::string>& region_names) {
+  json j{{"policy", c.policy},
+         {"budget", c.budget},
+         {"tier", c.tier},
+         {"episodes", c.episodes},
+         {"probes", c.probes},
+         {"survived", c.survived},
+         {"survival", c.survival()},
+         {"attention_mass", c.total_mass},
+         {"attention_lost", c.lost_mass},
+         {"attention_loss", c.attention_loss()},
+         {"evicted_pages", c.evicted_pages},
+         {"evicted_tokens", c.evicted_tokens},
+         {"over_budget_evictions", c.over_budget}};
+  json regions = json::object();
+  for (std::size_t r = 0; r < region_names.size(); ++r) {
+    const auto& g = c.regions[r];
+    regions[region_names[r]] = {{"probes", g.probes},
+                                {"survived", g.survived},
+                                {"survival", g.probes ? json(static_cast<double>(g.survived) / g.probes) : json(nullptr)},
+                                {"attention_lost", g.lost_mass},
+                                {"attention_loss", c.total_mass > 0 ? g.lost_mass / c.total_mass : 0.0},
+                                {"evicted_tokens", g.evicted_tokens}};
+  }
+  j["regions"] = std::move(regions);
+  return j;
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '&') o += "&amp;";
+    else if (ch == '<') o += "&lt;";
+    else if (ch == '>') o += "&gt;";
+    else o += ch;
+  }
+  return o;
+}
+
+// Grouped bars: one panel per tier; top row probe survival, bottom row attention loss; groups = budgets,
+// bars = policies.
+void write_svg(const std::string& path, const std::vector<rp::cell_result>& cells, const std::vector<std::string>& policies,
+               const std::vector<double>& budgets, const std::vector<std::string>& tiers) {
+  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
+  const double panel_w = 460, panel_h = 220, margin_l = 60, margin_t = 50, gap = 70;
+  const double legend_h = 24.0 * static_cast<double>((policies.size() + 2) / 3) + 20;
+  const double width = margin_l + tiers.size() * (panel_w + gap);
+  const double height = margin_t + 2 * (panel_h + gap) + legend_h;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-replay: "
+    << "eviction-probe protocol (synthetic or given traces)</text>\n";
+  auto find = [&](const std::string& p, double b, const std::string& t) -> const rp::cell_result* {
+    for (const auto& c : cells)
+      if (c.policy == p && c.budget == b && c.tier == t) return &c;
+    return nullptr;
+  };
+  for (int row = 0; row < 2; ++row) {
+    const char* metric = row == 0 ? "probe survival" : "attention loss";
+    double top = 0.0;  // attention loss: scale to the largest value
+    for (const auto& c : cells) top = std::max(top, row == 0 ? 1.0 : c.attention_loss());
+    top = row == 0 ? 1.0 : std::max(0.05, std::ceil(top * 20.0) / 20.0);
+    for (std::size_t t = 0; t < tiers.size(); ++t) {
+      const double x0 = margin_l + t * (panel_w + gap), y0 = margin_t + row * (panel_h + gap);
+      s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
+        << xml_escape(tiers[t]) << ": " << metric << "</text>\n";
+      for (int k = 0; k <= 4; ++k) {
+        const double y = y0 + panel_h - panel_h * k / 4.0;
+        s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
+          << "\" stroke=\"#ddd\"/>\n<text x=\"" << x0 - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+          << percent(top * k / 4.0) << "</text>\n";
+      }
+      const double group_w = panel_w / static_cast<double>(budgets.size());
+      const double bar_w = group_w * 0.8 / static_cast<double>(policies.size());
+      for (std::size_t b = 0; b < budgets.size(); ++b) {
+        const double gx = x0 + b * group_w + group_w * 0.1;
+        s << "<text x=\"" << x0 + (b + 0.5) * group_w << "\" y=\"" << y0 + panel_h + 16
+          << "\" text-anchor=\"middle\">budget " << budget_text(budgets[b]) << "</text>\n";
+        for (std::size_t p = 0; p < policies.size(); ++p) {
+          const auto* c = find(policies[p], budgets[b], tiers[t]);
+          if (!c) continue;
+          const double v = row == 0 ? c->survival() : c->attention_loss();
+          const double h = panel_h * std::min(1.0, v / top);
+          s << "<rect x=\"" << gx + p * bar_w << "\" y=\"" << y0 + panel_h - h << "\" width=\"" << bar_w * 0.92
+            << "\" height=\"" << h << "\" fill=\"" << palette[p % std::size(palette)] << "\"><title>"
+            << xml_escape(policies[p]) << ", budget " << budget_text(budgets[b]) << ", " << xml_escape(tiers[t]) << ": "
+            << metric << " " << percent(v) << "</title></rect>\n";
+        }
+      }
+      s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y0 + panel_h
+        << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\""
+        << y0 + panel_h << "\" stroke=\"black\"/>\n";
+    }
+  }
+  const double ly = margin_t + 2 * (panel_h + gap) - 20;
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    const double lx = margin_l + (p % 3) * 260.0, y = ly + 24.0 * static_cast<double>(p / 3);
+    s << "<rect x=\"" << lx << "\" y=\"" << y - 10 << "\" width=\"14\" height=\"14\" fill=\""
+      << palette[p % std::size(palette)] << "\"/><text x=\"" << lx + 20 << "\" y=\"" << y + 2 << "\">"
+      << xml_escape(policies[p]) << "</text>\n";
+  }
+  s << "</svg>\n";
+  std::ofstream out(path);
+  if (!out) throw md::input_error("--plot: cannot create '" + path + "'");
+  out << s.str();
+  if (!out) throw md::input_error("--plot: cannot write '" + path + "'");
+}
+
+int run(const options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto policies = chosen_policies(o);
+  if (!o.plot_path.empty()) {
+    const auto ext = std::filesystem::path(o.plot_path).extension().string();
+    if (ext != ".svg")
+      throw md::input_error("--plot '" + o.plot_path + "': only SVG output is supported (give a path ending in .svg)");
+  }
+  for (double b : o.budgets)
+    if (!(b > 0.0 && b <= 1.0)) throw md::input_error("budget " + md::detail::to_text(b) + " is outside (0, 1]");
+  if (o.traces.empty() && !o.generate)
+    throw md::input_error("nothing to replay: give trace files, or --generate for the synthetic protocol");
+
+  std::vector<tr::trace_file> files;
+  for (const auto& path : o.traces) files.push_back(tr::read_file(path));
+  if (o.generate) {
+    auto generated = tr::generate_protocol(o.seed, o.probes_per_tier, o.layers);
+    if (!o.write_traces.empty()) {
+      std::filesystem::create_directories(o.write_traces);
+      for (const auto& f : generated) tr::write_file(std::filesystem::path(o.write_traces) / (f.label + ".mdtrace"), f);
+    }
+    for (auto& f : generated) files.push_back(std::move(f));
+  }
+
+  rp::replay_settings settings;
+  settings.page_size = o.page_size;
+  settings.protection = {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens};
+  if (o.pin_plan) settings.region_overrides.push_back({.region = "plan", .pinned = true});
+  {
+    md::config probe_cfg;  // validates the shared settings once, with the library's messages
+    probe_cfg.page_size = settings.page_size;
+    probe_cfg.protection = settings.protection;
+    probe_cfg.region_overrides = settings.region_overrides;
+    probe_cfg.validate();
+    const auto table = probe_cfg.effective_regions();
+    for (const auto& f : files) {
+      rp::check_regions(f, table);
+      for (double b : o.budgets) rp::check_budget(settings, b, f);
+    }
+  }
+  std::vector<std::string> tiers;
+  for (const auto& f : files)
+    if (std::find(tiers.begin(), tiers.end(), f.label) == tiers.end()) tiers.push_back(f.label);
+  const auto region_names = files.front().region_names;
+
+  std::ofstream log;
+  rp::eviction_sink sink;
+  if (!o.log_path.empty()) {
+    log.open(o.log_path);
+    if (!log) throw md::input_error("--log-evictions: cannot create '" + o.log_path + "'");
+    sink = [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
+      json j{{"policy", *ctx.policy}, {"budget", ctx.budget},       {"tier", *ctx.tier},
+             {"sequence", ctx.episode}, {"episode", *ctx.episode_name}, {"step", ctx.step},
+             {"page", e.page},          {"first_position", e.first_position}, {"tokens", e.tokens},
+             {"score", e.score}};
+      if (e.has_terms) {
+        j["decay"] = e.decay;
+        j["attention"] = e.attention;
+      }
+      json regions = json::object();
+      for (const auto& [r, n] : e.regions) regions[r < region_names.size() ? region_names[r] : std::to_string(r)] = n;
+      j["regions"] = std::move(regions);
+      log << j.dump() << '\n';
+    };
+  }
+
+  std::size_t episodes = 0, probes = 0;
+  for (const auto& f : files) {
+    episodes += f.episodes.size();
+    probes += f.count_probes();
+  }
+  const bool show = !o.no_progress && (o.progress || isatty(STDERR_FILENO));
+  std::vector<rp::cell_result> cells;
+  {
+    progress_bar bar(episodes * policies.size() * o.budgets.size(), show);
+    for (const auto& p : policies)
+      for (double b : o.budgets)
+        for (const auto& tier : tiers) {
+          rp::cell_result merged;
+          bool first = true;
+          for (const auto& f : files) {
+            if (f.label != tier) continue;
+            auto c = rp::replay_tier(f, p, b, settings, sink, [&] { bar.tick(); });
+            if (first) {
+              merged = std::move(c);
+              first = false;
+              continue;
+            }
+            merged.episodes += c.episodes;
+            merged.probes += c.probes;
+            merged.survived += c.survived;
+            merged.total_mass += c.total_mass;
+            merged.lost_mass += c.lost_mass;
+            merged.evicted_pages += c.evicted_pages;
+            merged.evicted_tokens += c.evicted_tokens;
+            merged.over_budget += c.over_budget;
+            for (std::size_t r = 0; r < merged.regions.size() && r < c.regions.size(); ++r) {
+              merged.regions[r].probes += c.regions[r].probes;
+              merged.regions[r].survived += c.regions[r].survived;
+              merged.regions[r].lost_mass += c.regions[r].lost_mass;
+              merged.regions[r].evicted_tokens += c.regions[r].evicted_tokens;
+            }
+          }
+          cells.push_back(std::move(merged));
+        }
+  }
+  if (log.is_open()) {
+    log.flush();
+    if (!log) throw md::input_error("--log-evictions: cannot write '" + o.log_path + "'");
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::printf("memdecay-replay %s: %zu probes in %zu episodes", md::version_string, probes, episodes);
+  for (const auto& t : tiers) {
+    std::size_t e = 0, n = 0;
+    for (const auto& f : files)
+      if (f.label == t) {
+        e += f.episodes.size();
+        n += f.count_probes();
+      }
+    std::printf("%s%s: %zu probes / %zu episodes", t == tiers.front() ? " (" : ", ", t.c_str(), n, e);
+  }
+  std::printf("); %zu policies x %zu budgets; page size %zu, last %zu tokens protected%s; %.2f s\n", policies.size(),
+              o.budgets.size(), o.page_size, o.recent_tokens, o.pin_plan ? ", plan pinned" : "", seconds);
+  if (o.generate) std::printf("Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md)\n",
+                              static_cast<unsigned long long>(o.seed));
+  std::printf("\n");
+  print_tables(cells, region_names);
+
+  if (!o.json_path.empty()) {
+    json j{{"tool", "memdecay-replay"}, {"version", md::version_string}, {"seconds", seconds}};
+    j["settings"] = {{"page_size", o.page_size},
+                     {"recent_tokens", o.recent_tokens},
+                     {"sink_pages", o.sink_pages},
+                     {"pin_plan", o.pin_plan},
+                     {"budgets", o.budgets},
+                     {"budget_unit", "fraction of each episode's tokens"}};
+    json pol = json::array();
+    for (const auto& p : policies) pol.push_back({{"name", p.name}, {"description", p.description}});
+    j["policies"] = std::move(pol);
+    json tj = json::array();
+    for (const auto& f : files)
+      tj.push_back({{"label", f.label}, {"episodes", f.episodes.size()}, {"probes", f.count_probes()}, {"layers", f.layers}});
+    j["traces"] = std::move(tj);
+    if (o.generate) j["generated"] = {{"seed", o.seed}, {"probes_per_tier", o.probes_per_tier}, {"synthetic_attention", true}};
+    json cj = json::array();
+    for (const auto& c : cells) cj.push_back(to_json(c, region_names));
+    j["results"] = std::move(cj);
+    std::ofstream out(o.json_path);
+    if (!out) throw md::input_error("--json: cannot create '" + o.json_path + "'");
+    out << j.dump(2) << '\n';
+    if (!out) throw md::input_error("--json: cannot write '" + o.json_path + "'");
+  }
+  if (!o.plot_path.empty()) {
+    std::vector<std::string> names;
+    for (const auto& p : policies) names.push_back(p.name);
+    write_svg(o.plot_path, cells, names, o.budgets, tiers);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "memdecay-replay: replay agent traces through KV-cache eviction policies under budgets and score the "
+      "eviction-probe protocol: probe survival (every token of a fact resident when it is queried), attention "
+      "loss (attention mass that fell on evicted tokens) and evictions, per policy x budget x tier x region. "
+      "Prints markdown tables on stdout. docs/replay.md explains the protocol, docs/trace-format.md the traces.",
+      "memdecay-replay"};
+  app.add_option("traces", o.traces, "Trace files (docs/trace-format.md); episodes are grouped by each file's label")
+      ->type_name("FILE");
+  app.add_flag("--generate", o.generate,
+               "Generate the protocol's synthetic traces: the ~450- and ~1,700-token tiers (synthetic attention)");
+  app.add_option("--seed", o.seed, "Generator seed")->capture_default_str();
+  app.add_option("--probes-per-tier", o.probes_per_tier,
+                 "Generate episodes until each tier holds at least this many probes (2 x 2160 = 4320)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}));
+  app.add_option("--layers", o.layers, "Attention layers per generated observation (replay averages them)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
+  app.add_option("--write-traces", o.write_traces, "Also write the generated traces to DIR/<tier>.mdtrace")->type_name("DIR");
+  app.add_option("--policy,-p", o.policies,
+                 "Policies to compare, comma-separated or repeated; 'all' (default) is every one (--list-policies)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_flag("--list-policies", o.list_policies, "List the policies and exit");
+  app.add_option("--budget,-b", o.budgets,
+                 "Budgets as fractions in (0, 1] of each episode's length, comma-separated or repeated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--page-size", o.page_size, "Tokens per KV page (a power of two)")->capture_default_str();
+  app.add_option("--recent-tokens", o.recent_tokens, "Pages holding the last N resident tokens are never evicted")
+      ->capture_default_str();
+  app.add_option("--sink-pages", o.sink_pages, "The first N pages are never evicted (attention sinks)")->capture_default_str();
+  app.add_flag("--pin-plan", o.pin_plan, "Pin the plan region as well as the system prompt");
+  app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1 in every mode)");
+  app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none, 2 for uniform)");
+  app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
+  app.add_option("--json", o.json_path, "Write every number (per policy x budget x tier x region) as JSON to PATH")
+      ->type_name("PATH");
+  app.add_option("--plot", o.plot_path, "Write an SVG chart (survival and attention loss per tier) to PATH (.svg)")
+      ->type_name("PATH");
+  app.add_option("--log-evictions", o.log_path,
+                 "Write every eviction (policy, budget, tier, sequence, step, logical page, score and its terms, "
+                 "regions) to PATH as JSON lines")
+      ->type_name("PATH");
+  app.add_flag("--progress", o.progress, "Show the progress bar even when stderr is not a terminal");
+  app.add_flag("--no-progress", o.no_progress, "Never show the progress bar");
+  app.set_version_flag("--version", std::string(md::version_string));
+  app.footer(
+      "Exit status: 0 on success, 1 on bad input (missing or malformed trace, unknown policy, budget outside (0, 1] "
+      "or below the pinned set), 2+ on command-line errors.\nExample: memdecay-replay --generate --plot replay.svg");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (o.list_policies) {
+      for (const auto& p : known_policies(o)) std::printf("%-22s %s\n", p.name.c_str(), p.description.c_str());
+      return 0;
+    }
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memdecay-replay: error: %s\n", e.what());
+    return 1;
+  }
+}
