@@ -135,6 +135,18 @@ TEST(FlashInferCsr, RejectsARemovalFromArraysTheEngineBrokeAndWritesNothing) {
   }
 }
 
+TEST(FlashInferCsr, ReadersReportArraysBrokenSinceConstructionInsteadOfReadingPastThem) {
+  batch b;
+  const auto csr = b.view();
+  b.indptr[3] = 40;  // past the indices buffer
+  EXPECT_THROW((void)csr.num_pages(2), md::input_error);
+  EXPECT_THROW((void)csr.page_at(2, 20), md::input_error);
+  EXPECT_THROW((void)csr.ref_count(41), md::input_error);
+  b.indptr[3] = 9;
+  b.last_page_len[1] = 0;
+  EXPECT_THROW((void)csr.kv_len(1), md::input_error);
+}
+
 TEST(FlashInferCsr, RejectsUnknownRequestsAndBadPageListsWritingNothing) {
   batch b;
   auto csr = b.view();

@@ -100,6 +100,14 @@ TEST(SglangReqToToken, RejectsInconsistentArraysWritingNothing) {
   EXPECT_THROW(md::sglang_req_to_token(p.slots, p.lens, max_context, 3, 200), md::config_error);
 }
 
+TEST(SglangReqToToken, ReadersReportALengthBrokenSinceConstruction) {
+  pool p;
+  const auto view = p.view();
+  p.lens[0] = 40;  // longer than max_context_len
+  EXPECT_THROW((void)view.num_pages(0), md::input_error);
+  EXPECT_THROW((void)view.row_slots(0), md::input_error);
+}
+
 TEST(SglangReqToToken, RejectsUnknownRowsAndBadPageListsWritingNothing) {
   pool p;
   auto view = p.view();

@@ -87,6 +87,14 @@ TEST(VllmBlockTable, RejectsInconsistentArraysWritingNothing) {
   EXPECT_THROW(md::vllm_block_table(t.blocks, t.counts, stride, 10, 40), md::config_error);
 }
 
+TEST(VllmBlockTable, ReadersReportACountBrokenSinceConstruction) {
+  table t;
+  const auto view = t.view();
+  t.counts[1] = 9;  // wider than the row
+  EXPECT_THROW((void)view.num_pages(1), md::input_error);
+  EXPECT_THROW((void)view.page_at(1, 8), md::input_error);
+}
+
 TEST(VllmBlockTable, RejectsUnknownRowsAndBadPageListsWritingNothing) {
   table t;
   auto view = t.view();

@@ -57,6 +57,8 @@ class flashinfer_csr {
     check_request(r);
     return static_cast<std::size_t>(indptr_[r + 1] - indptr_[r]);
   }
+  // (The readers check the one request they read in O(1), so arrays the engine broke since the last full
+  // validation are reported, never read out of bounds.)
   [[nodiscard]] page_id page_at(sequence_id r, std::size_t index) const {
     const std::size_t n = num_pages(r);
     if (index >= n)
@@ -72,6 +74,7 @@ class flashinfer_csr {
   /// How many entries of this batch name page `id` (requests sharing a prefix list the same page). A lower bound
   /// of the engine's own count: a prefix cache may hold the page too.
   [[nodiscard]] std::size_t ref_count(page_id id) const {
+    if (indptr_.back() < 0 || static_cast<std::size_t>(indptr_.back()) > indices_.size()) validate();
     return static_cast<std::size_t>(std::count(indices_.begin(), indices_.begin() + indptr_.back(), id));
   }
 
@@ -151,6 +154,11 @@ class flashinfer_csr {
     if (r >= batch_size())
       detail::raise_usage("request " + detail::to_text(r) + " is not in the batch (batch size " +
                           detail::to_text(batch_size()) + ")");
+    if (indptr_[r] < 0 || indptr_[r + 1] < indptr_[r] || static_cast<std::size_t>(indptr_[r + 1]) > indices_.size() ||
+        last_page_len_[r] <= 0 || static_cast<std::size_t>(last_page_len_[r]) > page_size_) {
+      validate();  // names the inconsistency
+      detail::raise_input("flashinfer_csr: the entries of request " + detail::to_text(r) + " are inconsistent");
+    }
   }
 
   std::span<std::int32_t> indptr_;

@@ -133,10 +133,16 @@ class sglang_req_to_token {
   }
 
  private:
+  // Also checks the row's length in O(1), so a length the engine broke since the last validation is reported,
+  // never read past the row.
   void check_row(sequence_id r) const {
     if (r >= num_rows())
       detail::raise_usage("row " + detail::to_text(r) + " is not in req_to_token (" + detail::to_text(num_rows()) +
                           " rows)");
+    if (lens_[r] < 0 || static_cast<std::uint64_t>(lens_[r]) > stride_) {
+      validate();  // names the inconsistency
+      detail::raise_input("sglang_req_to_token: the length of row " + detail::to_text(r) + " is inconsistent");
+    }
   }
 
   std::span<std::int32_t> slots_;

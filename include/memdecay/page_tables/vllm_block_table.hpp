@@ -127,10 +127,16 @@ class vllm_block_table {
   }
 
  private:
+  // Also checks the row's count in O(1), so a count the engine broke since the last validation is reported,
+  // never read past the row.
   void check_row(sequence_id r) const {
     if (r >= num_rows())
       detail::raise_usage("row " + detail::to_text(r) + " is not in the block table (" + detail::to_text(num_rows()) +
                           " rows)");
+    if (num_blocks_[r] < 0 || static_cast<std::size_t>(num_blocks_[r]) > stride_) {
+      validate();  // names the inconsistency
+      detail::raise_input("vllm_block_table: the block count of row " + detail::to_text(r) + " is inconsistent");
+    }
   }
 
   std::span<std::int32_t> block_ids_;
