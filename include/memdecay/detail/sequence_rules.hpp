@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: the checks and budget arithmetic every sequence type shares (basic_sequence, basic_policy_sequence),
+// so that their rules and error messages cannot drift apart. Each check throws before anything changes.
+#ifndef MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
+#define MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memdecay/config.hpp"
+#include "memdecay/detail/error.hpp"
+#include "memdecay/eviction.hpp"
+#include "memdecay/page_table.hpp"
+#include "memdecay/region.hpp"
+#include "memdecay/sequence_state.hpp"
+
+namespace memdecay::detail {
+
+/// input_error unless `r` is a region of `table`. `what` and `k` name the offending span or label.
+template <region_table_like Regions>
+void check_region_id(const Regions& table, region_id r, const char* what, std::size_t k) {
+  if (r >= table.size())
+    raise_input(std::string(what) + " " + to_text(k) + ": unknown region id " + to_text(int{r}) + " (table has " +
+                to_text(table.size()) + " regions)");
+}
+
+/// input_error unless every label of `spans` is a region of `table`.
+template <region_table_like Regions>
+void check_region_spans(const Regions& table, std::span<const region_span> spans) {
+  for (std::size_t k = 0; k < spans.size(); ++k) check_region_id(table, spans[k].region, "span", k);
+}
+/// input_error unless every label is a region of `table`.
+template <region_table_like Regions>
+void check_region_labels(const Regions& table, std::span<const region_id> labels) {
+  for (std::size_t k = 0; k < labels.size(); ++k) check_region_id(table, labels[k], "label", k);
+}
+
+/// input_error unless scale * mass[i] is finite for every i (a finite mass can overflow once normalised).
+template <std::floating_point Float>
+void check_scaled_finite(std::span<const Float> mass, Float scale) {
+  for (std::size_t i = 0; i < mass.size(); ++i)
+    if (!std::isfinite(scale * mass[i]))
+      raise_input("attention[" + to_text(i) + "] = " + to_text(mass[i]) + " overflows once normalised");
+}
+
+/// Spreads per-page mass evenly over each page's resident tokens (the mass must be validated already).
+template <std::floating_point Float, std::size_t PageSize>
+[[nodiscard]] std::vector<Float> spread_page_mass(const sequence_state<Float, PageSize>& state,
+                                                  std::span<const Float> page_mass) {
+  std::vector<Float> per_token(state.kv_len());
+  for (std::size_t p = 0; p < state.num_pages(); ++p) {
+    const std::size_t n = state.tokens_in_page(p);
+    std::fill_n(per_token.begin() + static_cast<std::ptrdiff_t>(p * state.page_size()), n,
+                page_mass[p] / static_cast<Float>(n));
+  }
+  return per_token;
+}
+
+/// How many pages the budget asks to evict: none while kv_len is within the high watermark, otherwise enough to
+/// reach the low watermark (rounded up to whole pages).
+[[nodiscard]] inline std::size_t pages_wanted_by_budget(const budget_config& budget, std::size_t page_size,
+                                                        std::uint64_t logical_len, std::uint64_t kv_len) noexcept {
+  const auto marks = budget.in_tokens(page_size, logical_len);
+  if (kv_len <= marks.high) return 0;
+  return static_cast<std::size_t>((kv_len - marks.low + page_size - 1) / page_size);
+}
+
+/// Pages by which `resident_after` tokens still exceed the high watermark.
+[[nodiscard]] inline std::size_t pages_over_high(const budget_config& budget, std::size_t page_size,
+                                                 std::uint64_t logical_len, std::uint64_t resident_after) noexcept {
+  const auto marks = budget.in_tokens(page_size, logical_len);
+  if (resident_after <= marks.high) return 0;
+  return static_cast<std::size_t>((resident_after - marks.high + page_size - 1) / page_size);
+}
+
+/// The plan that evicts the k lowest-scoring evictable pages (ties to the lower index).
+template <std::floating_point Float, std::size_t PageSize>
+[[nodiscard]] eviction_plan<Float> make_plan(const sequence_state<Float, PageSize>& state, const budget_config& budget,
+                                             std::span<const Float> scores, std::span<const page_status> status,
+                                             std::size_t k) {
+  eviction_plan<Float> plan;
+  plan.requested = k;
+  plan.page_size = state.page_size();
+  plan.generation = state.generation();
+  plan.pages = select_lowest_pages<Float>(scores, status, k);
+  plan.scores.reserve(plan.pages.size());
+  for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
+  plan.pages_over_budget = pages_over_high(budget, state.page_size(), state.logical_len(), state.kv_len() - plan.tokens());
+  return plan;
+}
+
+/// usage_error unless `plan` was made at the state's current generation, for its page size, and names only
+/// resident, full, evictable pages in strictly ascending order (under the config's protections).
+template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
+void check_plan(const eviction_plan<Float>& plan, const sequence_state<Float, PageSize>& state, const Regions& table,
+                const protection_config& protection) {
+  if (plan.generation != state.generation())
+    raise_usage("stale plan: selected at generation " + to_text(plan.generation) + ", the sequence is at generation " +
+                to_text(state.generation()));
+  if (plan.page_size != state.page_size()) raise_usage("plan was made for page size " + to_text(plan.page_size));
+  state.check_removable(plan.pages);
+  std::vector<page_status> status(state.num_pages());
+  page_statuses(state, table, protection, {}, std::span<page_status>(status));
+  for (std::size_t p : plan.pages)
+    if (status[p] != page_status::evictable)
+      raise_usage("plan names page " + to_text(p) + ", which is " + to_string(status[p]));
+}
+
+/// usage_error unless `table` agrees with a sequence of `num_pages` pages of `page_size` tokens.
+template <page_table Table>
+void check_page_table(const Table& table, const typename Table::sequence_id& seq, std::size_t page_size,
+                      std::size_t num_pages) {
+  if (static_cast<std::size_t>(table.page_size()) != page_size)
+    raise_usage("page table has page size " + to_text(table.page_size()) + ", sequence has " + to_text(page_size));
+  if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages)
+    raise_usage("page table holds " + to_text(table.num_pages(seq)) + " pages for this sequence, the sequence has " +
+                to_text(num_pages));
+}
+
+}  // namespace memdecay::detail
+
+#endif  // MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
