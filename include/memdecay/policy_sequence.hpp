@@ -180,18 +180,26 @@ class basic_policy_sequence {
     remove(plan.pages);
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
-  /// changing neither, if the plan is stale or the table disagrees with the state.
+  /// changing neither, if the plan is stale or the table disagrees with the state. Returns what the table's
+  /// remove_pages returns (the freed block ids, or slot ranges, for the allocator).
   template <page_table Table>
-  void commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
+  auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
     detail::check_plan(plan, state_, regions_, config_.protection);
     detail::check_page_table(table, seq, page_size(), num_pages());
-    table.remove_pages(seq, plan.pages);  // may throw: nothing here has changed yet
-    remove(plan.pages);                   // cannot fail: check_plan validated the same indices
+    if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
+      table.remove_pages(seq, plan.pages);  // may throw: nothing here has changed yet
+      remove(plan.pages);                   // cannot fail: check_plan validated the same indices
+    } else {
+      auto released = table.remove_pages(seq, plan.pages);
+      remove(plan.pages);
+      return released;
+    }
   }
 
  private:
   static config validated(config cfg) {
     cfg.validate();
+    detail::check_fits_score_type<Float>(cfg);
     return cfg;
   }
   template <class AppendToState>

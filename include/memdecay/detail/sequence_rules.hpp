@@ -8,6 +8,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +21,24 @@
 #include "memdecay/sequence_state.hpp"
 
 namespace memdecay::detail {
+
+/// config_error unless the numbers the score multiplies fit the score type: a value finite as a double but not as
+/// Float (alpha = 1e39 with float scores) would make scores inf * 0 = NaN and selection undefined.
+template <std::floating_point Float>
+void check_fits_score_type(const config& cfg) {
+  auto fits = [](const std::string& field, double v) {
+    if (!std::isfinite(static_cast<Float>(v)))
+      raise_config(field + " = " + to_text(v) + " (does not fit the score type: at most " +
+                   to_text(std::numeric_limits<Float>::max()) + ")");
+  };
+  fits("alpha", cfg.alpha);
+  const region_table effective = cfg.effective_regions();
+  for (std::size_t r = 0; r < effective.size(); ++r) {
+    const auto& p = effective[static_cast<region_id>(r)];
+    fits("region '" + p.name + "' base_priority", p.base_priority);
+    fits("region '" + p.name + "' decay_rate", p.decay_rate);
+  }
+}
 
 /// input_error unless `r` is a region of `table`. `what` and `k` name the offending span or label.
 template <region_table_like Regions>
