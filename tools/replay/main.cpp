@@ -221,7 +221,7 @@ void write_svg(const std::string& path, const std::vector<rp::cell_result>& cell
   static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                                   "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
   const double panel_w = 460, panel_h = 220, margin_l = 60, margin_t = 50, gap = 70;
-  const double legend_h = 24.0 * static_cast<double>((policies.size() + 2) / 3) + 20;
+  const double legend_h = 24.0 * static_cast<double>((policies.size() + 2) / 3);
   const double width = margin_l + tiers.size() * (panel_w + gap);
   const double height = margin_t + 2 * (panel_h + gap) + legend_h;
   std::ostringstream s;
@@ -238,16 +238,16 @@ void write_svg(const std::string& path, const std::vector<rp::cell_result>& cell
     const char* metric = row == 0 ? "probe survival" : "attention loss";
     double top = 0.0;  // attention loss: scale to the largest value
     for (const auto& c : cells) top = std::max(top, row == 0 ? 1.0 : c.attention_loss());
-    top = row == 0 ? 1.0 : std::max(0.05, std::ceil(top * 20.0) / 20.0);
+    top = row == 0 ? 1.0 : std::max(0.1, std::ceil(top * 10.0) / 10.0);  // five ticks
     for (std::size_t t = 0; t < tiers.size(); ++t) {
       const double x0 = margin_l + t * (panel_w + gap), y0 = margin_t + row * (panel_h + gap);
       s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
         << xml_escape(tiers[t]) << ": " << metric << "</text>\n";
-      for (int k = 0; k <= 4; ++k) {
-        const double y = y0 + panel_h - panel_h * k / 4.0;
+      for (int k = 0; k <= 5; ++k) {
+        const double y = y0 + panel_h - panel_h * k / 5.0;
         s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
           << "\" stroke=\"#ddd\"/>\n<text x=\"" << x0 - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-          << percent(top * k / 4.0) << "</text>\n";
+          << percent(top * k / 5.0) << "</text>\n";
       }
       const double group_w = panel_w / static_cast<double>(budgets.size());
       const double bar_w = group_w * 0.8 / static_cast<double>(policies.size());
