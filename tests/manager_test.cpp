@@ -432,3 +432,88 @@ TEST(ManagerPrefixCache, BoundaryIsTheFirstEvictedOriginalPage) {
 }
 
 }  // namespace
+
+namespace {
+
+// A brute-force oracle for select_global on random scenarios: pass 1 is each sequence's own select_for_budget with
+// its protections; pass 2 ranks every other evictable, unshared page of every sequence by (score, id, page).
+TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
+  std::uint64_t state = 12345;
+  const auto next = [&state](std::uint64_t n) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (state >> 33) % n;
+  };
+  std::size_t total_victims = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const std::size_t high = 8 + next(16);
+    md::manager mgr({.page_size = P, .global = md::global_budget::pages(high, high - next(8))});
+    md::block_pool<> pool(1024, P);
+    const std::size_t num_sequences = 1 + next(5);
+    for (std::size_t s = 0; s < num_sequences; ++s) {
+      const std::uint64_t id = next(1000);
+      if (mgr.contains(id)) continue;
+      md::config cfg{.page_size = P, .protection = {.sink_pages = next(2), .recent_tokens = next(3) * 8}};
+      if (next(3) == 0) cfg.budget = md::budget_config::tokens(static_cast<double>(40 + next(100)));
+      auto& seq = mgr.open(id, cfg);
+      pool.open(id);
+      const std::size_t segments = 1 + next(6);
+      for (std::size_t k = 0; k < segments; ++k) seq.append(static_cast<md::region_id>(next(7)), 1 + next(40));
+      pool.append_tokens(id, seq.kv_len());
+    }
+    mgr.advance_to(static_cast<md::step_t>(next(80)));
+    for (auto id : mgr.ids()) {
+      auto& seq = mgr.at(id);
+      std::vector<float> mass(seq.kv_len());
+      for (auto& m : mass) m = static_cast<float>(next(4)) * 0.01f;  // coarse values: many exact ties
+      seq.observe_tokens(mass);
+      if (next(2)) mgr.protect_pages(id, std::vector<std::size_t>{next(seq.num_pages())});
+      if (next(2)) mgr.set_shared(id, std::vector<std::size_t>{next(seq.num_pages())});
+      if (next(3) == 0) mgr.protect_tail_tokens(id, next(20));
+    }
+
+    std::vector<md::global_victim<float, std::uint64_t>> expected;
+    std::vector<std::tuple<float, std::uint64_t, std::size_t>> rest;
+    std::size_t reclaimable = 0, freed = 0;
+    for (auto id : mgr.ids()) {
+      const auto& seq = mgr.at(id);
+      const auto shared = mgr.shared_pages(id);
+      const auto is_shared = [&](std::size_t p) { return std::binary_search(shared.begin(), shared.end(), p); };
+      const auto own = seq.select_for_budget(mgr.protected_pages(id));
+      for (std::size_t k = 0; k < own.pages.size(); ++k) {
+        expected.push_back({id, own.pages[k], own.scores[k], is_shared(own.pages[k]), md::eviction_reason::sequence_budget});
+        freed += !is_shared(own.pages[k]);
+      }
+      const auto scores = seq.page_scores();
+      const auto status = seq.page_statuses(mgr.protected_pages(id));
+      for (std::size_t p = 0; p < scores.size(); ++p) {
+        reclaimable += !is_shared(p);
+        if (status[p] == md::page_status::evictable && !is_shared(p) &&
+            !std::binary_search(own.pages.begin(), own.pages.end(), p))
+          rest.emplace_back(scores[p], id, p);
+      }
+    }
+    std::sort(rest.begin(), rest.end());
+    const std::size_t after = reclaimable - freed;
+    const std::size_t need = after > mgr.get_config().global.high ? after - mgr.get_config().global.low : 0;
+    for (std::size_t k = 0; k < std::min(need, rest.size()); ++k)
+      expected.push_back({std::get<1>(rest[k]), std::get<2>(rest[k]), std::get<0>(rest[k]), false,
+                          md::eviction_reason::global_budget});
+    std::sort(expected.begin(), expected.end(), [](const auto& a, const auto& b) {
+      return std::tie(a.score, a.sequence, a.page) < std::tie(b.score, b.sequence, b.page);
+    });
+
+    const auto plan = mgr.select_global();
+    ASSERT_EQ(plan.victims, expected) << "trial " << trial;
+    EXPECT_EQ(plan.pages_short, need - std::min(need, rest.size())) << "trial " << trial;
+    total_victims += plan.victims.size();
+
+    const std::size_t resident = mgr.resident_pages();
+    mgr.commit(plan, pool);
+    EXPECT_EQ(mgr.resident_pages(), resident - plan.victims.size());
+    EXPECT_TRUE(pool.consistent());
+    for (auto id : mgr.ids()) EXPECT_EQ(pool.num_pages(id), mgr.at(id).num_pages()) << "trial " << trial;
+  }
+  EXPECT_GT(total_victims, 100u) << "the scenarios must evict";
+}
+
+}  // namespace
