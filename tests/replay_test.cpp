@@ -192,3 +192,50 @@ TEST(Replay, FileRoundTripGivesTheSameNumbers) {
   EXPECT_LT(a.survived, a.probes);
   EXPECT_EQ(a.regions[md::regions::system].survived, a.regions[md::regions::system].probes);  // pinned
 }
+
+TEST(Replay, EveryPolicyKeepsEverythingAtFullBudgetAndThePinnedSetAlways) {
+  const auto tier = tr::generate_tier(tr::tier_config(450, 8), 30);
+  rp::replay_settings s;
+  const auto policies = rp::all_policies({}, s.protection);
+  std::vector<std::string> names;
+  for (const auto& p : policies) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"memdecay-none", "memdecay-uniform", "random", "streaming_llm", "h2o",
+                                             "tova", "scissorhands", "norm_sum", "priority_lru", "snapkv"}));
+  for (const auto& p : policies) {
+    SCOPED_TRACE(p.name);
+    const auto full = rp::replay_tier(tier, p, 1.0, s);
+    EXPECT_EQ(full.survived, full.probes);
+    EXPECT_EQ(full.evicted_pages, 0u);
+    EXPECT_EQ(full.lost_mass, 0.0);
+    const auto half = rp::replay_tier(tier, p, 0.5, s);
+    EXPECT_EQ(half.probes, full.probes);
+    EXPECT_GT(half.evicted_pages, 0u);
+    EXPECT_LT(half.survived, half.probes);
+    EXPECT_EQ(half.over_budget, 0u);
+    EXPECT_EQ(half.regions[md::regions::system].survived, half.regions[md::regions::system].probes);
+    EXPECT_EQ(half.regions[md::regions::system].evicted_tokens, 0u);
+    // Same inputs, same numbers (random included: its randomness is seeded and counter-based).
+    const auto again = rp::replay_tier(tier, p, 0.5, s);
+    EXPECT_EQ(again.survived, half.survived);
+    EXPECT_EQ(again.evicted_pages, half.evicted_pages);
+    EXPECT_EQ(again.lost_mass, half.lost_mass);
+  }
+}
+
+TEST(Replay, StreamingLlmEvictsTheOldestUnpinnedPagesOfTheTinyTrace) {
+  // With sinks inside the pinned system page, StreamingLLM keeps the newest pages: the same victims as MemDecay
+  // on the tiny trace (positions 4-7 at step 1, 8-11 at step 4), scored by their original page index.
+  std::vector<logged> log;
+  const auto streaming = rp::all_policies({}, tiny_settings().protection)[3];
+  ASSERT_EQ(streaming.name, "streaming_llm");
+  const auto cell = rp::replay_tier(tiny(), streaming, 0.5, tiny_settings(),
+                                    [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
+                                      log.push_back({ctx.step, e});
+                                    });
+  EXPECT_EQ(cell.survived, 3u);
+  EXPECT_NEAR(cell.attention_loss(), 0.225, 1e-6);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].record.first_position, 4u);
+  EXPECT_EQ(log[1].record.first_position, 8u);
+  EXPECT_FALSE(log[1].record.has_terms);
+}

@@ -52,10 +52,7 @@ struct options {
 
 // Every policy the tool knows, in the order tables list them.
 std::vector<rp::policy_entry> known_policies(const options& o) {
-  std::vector<rp::policy_entry> all;
-  for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform})
-    all.push_back(rp::memdecay_policy(mode, o.alpha, o.tau, o.ewma_beta));
-  return all;
+  return rp::all_policies({o.alpha, o.tau, o.ewma_beta}, {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens});
 }
 
 std::vector<rp::policy_entry> chosen_policies(const options& o) {

@@ -32,6 +32,15 @@
 #include <memdecay/config.hpp>
 #include <memdecay/detail/error.hpp>
 #include <memdecay/eviction.hpp>
+#include <memdecay/policies/h2o.hpp>
+#include <memdecay/policies/norm_sum.hpp>
+#include <memdecay/policies/priority_lru.hpp>
+#include <memdecay/policies/random.hpp>
+#include <memdecay/policies/scissorhands.hpp>
+#include <memdecay/policies/snapkv.hpp>
+#include <memdecay/policies/streaming_llm.hpp>
+#include <memdecay/policies/tova.hpp>
+#include <memdecay/policy_sequence.hpp>
 #include <memdecay/region.hpp>
 #include <memdecay/sequence.hpp>
 #include <memdecay/trace.hpp>
@@ -154,6 +163,48 @@ inline policy_entry memdecay_policy(attention_normalization mode, std::optional<
     return std::make_unique<sequence_runner<sequence>>(sequence(std::move(cfg)), total);
   };
   return e;
+}
+
+/// A baseline behind the policy interface (policy.hpp), run by basic_policy_sequence: the same evictor, budgets,
+/// protections, block pool and two-phase commit as MemDecay; only the page scores differ.
+template <template <class> class Policy>
+policy_entry baseline_policy(std::string description, typename Policy<float>::params_type params = {}) {
+  policy_entry e;
+  e.name = std::string(Policy<float>::name);
+  e.description = std::move(description);
+  e.make = [params](const config& base, std::size_t total) -> std::unique_ptr<runner> {
+    using seq_type = basic_policy_sequence<Policy, float>;
+    return std::make_unique<sequence_runner<seq_type>>(seq_type(base, params), total);
+  };
+  return e;
+}
+
+/// MemDecay's parameters on the command line (unset: the per-mode defaults of memdecay_policy).
+struct memdecay_options {
+  std::optional<double> alpha, tau, ewma_beta;
+};
+
+/// Every policy memdecay-replay compares, in table order: MemDecay in each normalisation mode, then the
+/// baselines with their sources' defaults, except that windows the evictor already protects (H2O's and
+/// Scissorhands' recent tokens) take the replay's recent_tokens, so every policy keeps the same recent pages.
+inline std::vector<policy_entry> all_policies(const memdecay_options& m, const protection_config& protection) {
+  std::vector<policy_entry> all;
+  for (auto mode : {attention_normalization::none, attention_normalization::uniform})
+    all.push_back(memdecay_policy(mode, m.alpha, m.tau, m.ewma_beta));
+  const std::string recent = std::to_string(protection.recent_tokens);
+  all.push_back(baseline_policy<policies::random>("uniformly random pages (seed 0)"));
+  all.push_back(baseline_policy<policies::streaming_llm>("StreamingLLM: 4 sink tokens + the most recent pages"));
+  all.push_back(baseline_policy<policies::h2o>("H2O: cumulative attention, recent " + recent + " tokens kept",
+                                               {.recent_tokens = protection.recent_tokens}));
+  all.push_back(baseline_policy<policies::tova>("TOVA: the latest observation's attention"));
+  all.push_back(baseline_policy<policies::scissorhands>(
+      "Scissorhands: share of the last 32 observations at >= uniform attention, recent " + recent + " tokens kept",
+      {.history_window = 32, .recent_tokens = protection.recent_tokens}));
+  all.push_back(baseline_policy<policies::norm_sum>("OpenVINO NORM_SUM: cumulative attention / lifetime"));
+  all.push_back(baseline_policy<policies::priority_lru>(
+      "TensorRT-LLM prioritized LRU: priority round(100 b_r) per region, LRU within (refresh at >= uniform)"));
+  all.push_back(baseline_policy<policies::snapkv>("SnapKV: votes of the last 8 observations, avg-pooled over 5 tokens"));
+  return all;
 }
 
 /// Per-region numbers of one cell.
