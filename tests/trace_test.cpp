@@ -232,6 +232,9 @@ TEST(TraceReader, RejectsAttentionThatDisagreesWithTheContext) {
   at = enc.at();
   enc.u8(2);
   expect_rejected(enc, at, "layer 0: row encoding 2");
+  builder rows;  // 4096 layers announced, a few bytes left: rejected before allocating the rows
+  rows.header(4096).episode(2).segment(0, 0, 3).attention(0, 3).u8(0);
+  expect_rejected(rows, rows.at() - 1, "truncated: 4096 attention rows need at least 4096 bytes, the file ends after 1");
   builder t;
   t.header().episode(2).segment(0, 0, 3).attention(0, 3);
   at = t.at() + 1;

@@ -484,6 +484,11 @@ class parser {
         if (!u32(a.step, "attention step") || !u32(a.context, "attention context")) return false;
         field_at_ = at;
         if (!check(checker.attention_header(a.step, a.context, f.layers))) return false;
+        if (r_.remaining() < f.layers) {  // every row takes at least its encoding byte
+          field_at_ = r_.offset();
+          return check("truncated: " + num(f.layers) + " attention rows need at least " + num(f.layers) +
+                       " bytes, the file ends after " + num(r_.remaining()));
+        }
         a.layers.resize(f.layers);
         const std::string event_where = where_;
         for (std::uint32_t l = 0; l < f.layers; ++l) {
