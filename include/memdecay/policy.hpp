@@ -27,6 +27,7 @@
 #ifndef MEMDECAY_POLICY_HPP
 #define MEMDECAY_POLICY_HPP
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "memdecay/config.hpp"
+#include "memdecay/detail/error.hpp"
 #include "memdecay/page_table.hpp"
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
@@ -111,6 +113,14 @@ void page_means(const sequence_view& view, std::span<Float> out, TokenScore&& to
   if (recent_tokens == 0 || view.kv_len() == 0) return view.num_pages();
   if (recent_tokens >= view.kv_len()) return 0;
   return (view.kv_len() - recent_tokens) / view.page_size;
+}
+
+/// input_error unless acc[i] + mass[i] stays finite for every i: a running sum the observation would overflow.
+template <std::floating_point Float>
+void check_sum_stays_finite(std::span<const Float> acc, std::span<const Float> mass, const char* what) {
+  for (std::size_t i = 0; i < mass.size(); ++i)
+    if (!std::isfinite(acc[i] + mass[i]))
+      detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) + " overflows " + what);
 }
 
 /// splitmix64: the counter-based mixer behind seeded, reproducible randomness.

@@ -47,10 +47,7 @@ class h2o {
   void reserve(std::size_t tokens) { sum_.reserve(tokens); }
   void on_append(const sequence_view& view, std::size_t) noexcept { sum_.resize(view.kv_len(), Float{0}); }
   void check_observation(const sequence_view&, std::span<const Float> mass) const {
-    for (std::size_t i = 0; i < mass.size(); ++i)
-      if (!std::isfinite(sum_[i] + mass[i]))
-        detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) +
-                            " overflows the cumulative attention");
+    policy_support::check_sum_stays_finite<Float>(sum_, mass, "the cumulative attention");
   }
   std::size_t on_observe(const sequence_view&, std::span<const Float> mass) noexcept {
     for (std::size_t i = 0; i < mass.size(); ++i) sum_[i] += mass[i];

@@ -57,10 +57,7 @@ class norm_sum {
     appended_at_.resize(view.kv_len(), observations_);
   }
   void check_observation(const sequence_view&, std::span<const Float> mass) const {
-    for (std::size_t i = 0; i < mass.size(); ++i)
-      if (!std::isfinite(sum_[i] + mass[i]))
-        detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) +
-                            " overflows the cumulative attention");
+    policy_support::check_sum_stays_finite<Float>(sum_, mass, "the cumulative attention");
   }
   std::size_t on_observe(const sequence_view&, std::span<const Float> mass) noexcept {
     ++observations_;

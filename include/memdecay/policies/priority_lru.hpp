@@ -49,13 +49,14 @@ class priority_lru {
     double refresh_threshold = 1.0;
   };
   static constexpr std::string_view name = "priority_lru";
-  static constexpr int min_priority = 0, max_priority = 100, default_priority = 35;
+  static constexpr int min_priority = 0, max_priority = 100;
 
   priority_lru(const params_type& params, const config&, const region_table& table)
       : priority_(params.region_priority), threshold_(params.refresh_threshold) {
     if (priority_.empty()) {
       for (const auto& r : table.params())
-        priority_.push_back(std::clamp(static_cast<int>(std::lround(100.0 * r.base_priority)), min_priority, max_priority));
+        priority_.push_back(
+            std::clamp(static_cast<int>(std::lround(100.0 * r.base_priority)), min_priority, max_priority));
     }
     if (priority_.size() != table.size())
       detail::raise_config("priority_lru.region_priority has " + detail::to_text(priority_.size()) +
