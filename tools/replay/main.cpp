@@ -19,6 +19,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <memdecay/calibration_file.hpp>
 #include <memdecay/trace.hpp>
 #include <memdecay/trace_generator.hpp>
 #include <memdecay/version.hpp>
@@ -47,6 +48,7 @@ struct options {
   bool pin_plan = false;
   std::optional<double> alpha, tau, ewma_beta;
   std::string json_path, plot_path, log_path;
+  std::string calibration_path;
   bool progress = false, no_progress = false, list_policies = false;
 };
 
@@ -130,6 +132,21 @@ void print_tables(const std::vector<rp::cell_result>& cells, const std::vector<s
     for (std::size_t r = 0; r < region_names.size(); ++r) {
       const auto& g = c.regions[r];
       std::printf(" %s |", g.probes ? percent(static_cast<double>(g.survived) / g.probes).c_str() : "-");
+    }
+    std::printf("\n");
+  }
+  // Where the lost attention and the evicted tokens were, per region.
+  std::printf("\nAttention loss per region (evicted tokens)\n\n| policy | budget | tier |");
+  for (const auto& r : region_names) std::printf(" %s |", r.c_str());
+  std::printf("\n|---|---|---|");
+  for (std::size_t r = 0; r < region_names.size(); ++r) std::printf("---:|");
+  std::printf("\n");
+  for (const auto& c : cells) {
+    std::printf("| %s | %s | %s |", c.policy.c_str(), budget_text(c.budget).c_str(), c.tier.c_str());
+    for (std::size_t r = 0; r < region_names.size(); ++r) {
+      const auto& g = c.regions[r];
+      std::printf(" %s (%llu) |", percent(c.total_mass > 0 ? g.lost_mass / c.total_mass : 0.0).c_str(),
+                  static_cast<unsigned long long>(g.evicted_tokens));
     }
     std::printf("\n");
   }
@@ -310,6 +327,11 @@ int run(const options& o) {
   settings.page_size = o.page_size;
   settings.protection = {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens};
   if (o.pin_plan) settings.region_overrides.push_back({.region = "plan", .pinned = true});
+  std::optional<md::calibration::calibration> calibration;
+  if (!o.calibration_path.empty()) {  // fitted decay rates and base priorities, by region name (unknown: an error)
+    calibration = md::calibration::read_file(o.calibration_path);
+    for (auto& ov : calibration->overrides()) settings.region_overrides.push_back(std::move(ov));
+  }
   {
     md::config probe_cfg;  // validates the shared settings once, with the library's messages
     probe_cfg.page_size = settings.page_size;
@@ -406,6 +428,13 @@ int run(const options& o) {
   }
   std::printf("); %zu policies x %zu budgets; page size %zu, last %zu tokens protected%s; %.2f s\n", policies.size(),
               o.budgets.size(), o.page_size, o.recent_tokens, o.pin_plan ? ", plan pinned" : "", seconds);
+  if (calibration) {
+    std::size_t calibrated = 0;
+    for (const auto& r : calibration->regions) calibrated += r.calibrated() ? 1 : 0;
+    std::printf("Calibration: %s (%zu regions, %zu calibrated: their decay rates, and every region's base priority, "
+                "replace the defaults)\n",
+                o.calibration_path.c_str(), calibration->regions.size(), calibrated);
+  }
   if (o.generate) std::printf("Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md)\n",
                               static_cast<unsigned long long>(o.seed));
   std::printf("\n");
@@ -413,7 +442,8 @@ int run(const options& o) {
 
   if (!o.json_path.empty()) {
     json j{{"tool", "memdecay-replay"}, {"version", md::version_string}, {"seconds", seconds}};
-    j["settings"] = {{"page_size", o.page_size},
+    j["settings"] = {{"calibration", o.calibration_path.empty() ? json(nullptr) : json(o.calibration_path)},
+                     {"page_size", o.page_size},
                      {"recent_tokens", o.recent_tokens},
                      {"sink_pages", o.sink_pages},
                      {"pin_plan", o.pin_plan},
@@ -483,6 +513,10 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1 in every mode)");
   app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none, 2 for uniform)");
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
+  app.add_option("--calibration", o.calibration_path,
+                 "Load a calibration file (memdecay-calibrate, docs/calibration.md): its fitted decay rates and its "
+                 "base priorities replace the region defaults (alpha and tau stay the command line's)")
+      ->type_name("PATH");
   app.add_option("--json", o.json_path, "Write every number (per policy x budget x tier x region) as JSON to PATH")
       ->type_name("PATH");
   app.add_option("--plot", o.plot_path, "Write an SVG chart (survival and attention loss per tier) to PATH (.svg)")
