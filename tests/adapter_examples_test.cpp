@@ -5,10 +5,18 @@
 // cannot drift from code that compiles and runs.
 #include <gtest/gtest.h>
 
-#include <memdecay/memdecay.hpp>
+#include <memdecay/block_pool.hpp>
+#include <memdecay/exports/llama_cpp.hpp>
+#include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/flashinfer_csr.hpp>
+#include <memdecay/page_tables/sglang_req_to_token.hpp>
+#include <memdecay/page_tables/vllm_block_table.hpp>
+#include <memdecay/sequence.hpp>
 
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
