@@ -20,6 +20,7 @@
 #include "memdecay/sequence.hpp"
 #include "memdecay/trace.hpp"
 #include "memdecay/trace_generator.hpp"
+#include "memdecay/calibration.hpp"
 #include "memdecay/manager.hpp"
 #include "memdecay/exports/llama_cpp.hpp"
 #include "memdecay/exports/tensorrt_llm.hpp"
