@@ -299,7 +299,9 @@ class basic_manager {
     return e.seq->select(k, resident_indices(e, e.protected_origins));
   }
   /// Every sequence's own budget, then the global budget; see the top of this file. `pages_to_free`: the engine
-  /// needs at least this many blocks back now (say, to admit a request), on top of the budgets.
+  /// needs at least this many blocks back now (say, to admit a request); the plan frees at least that many in
+  /// all (the budgets' victims count), or says in pages_short how many it could not find. When both the global
+  /// budget and the request ask for more, the larger need wins and names the reason.
   [[nodiscard]] global_plan_type select_global(std::size_t pages_to_free = 0) const {
     global_plan_type out;
     struct candidate {
