@@ -5,6 +5,8 @@
 
 #include <memdecay/calibration.hpp>
 #include <memdecay/calibration_file.hpp>
+#include <memdecay/trace.hpp>
+#include <memdecay/trace_generator.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -156,6 +158,36 @@ void expect_rejected(const std::function<void(json&)>& edit, const std::string& 
   } catch (const md::config_error& e) {
     EXPECT_NE(std::string(e.what()).find("invalid config: calibration 'x.json': "), std::string::npos) << e.what();
   }
+}
+
+// The code block of docs/calibration.md, on a generated trace written to a file.
+TEST(CalibrationFile, DocumentationExampleRuns) {
+  auto gen = memdecay::trace::tier_config(450, 5);
+  const auto trace_path = temp_path("tier-450.mdtrace");
+  memdecay::trace::write_file(trace_path, memdecay::trace::generate_tier(gen, 200));
+  const auto file = temp_path("model.calibration.json");
+  {
+    namespace cal = memdecay::calibration;
+    std::vector<memdecay::trace::trace_file> traces{memdecay::trace::read_file(trace_path)};
+    cal::calibration c = cal::estimate(traces);             // per region: half-life, 95% interval, samples, episodes
+    cal::write_file(file, c);                                // validates first
+
+    auto loaded = cal::read_file(file);  // config_error naming the field on a bad file
+    memdecay::region_table table = loaded.apply(memdecay::default_region_table());
+    memdecay::config cfg;
+    loaded.apply_to(cfg);  // normalisation, alpha, tau, and region_overrides with the fitted decay rates
+
+    EXPECT_EQ(loaded, c);
+    std::size_t calibrated = 0;
+    for (const auto& r : c.regions) {
+      calibrated += r.calibrated() ? 1 : 0;
+      EXPECT_EQ(table.decay_rate(*table.find(r.name)), r.decay_rate) << r.name;
+      EXPECT_EQ(cfg.effective_regions().decay_rate(*table.find(r.name)), r.decay_rate) << r.name;
+    }
+    EXPECT_GE(calibrated, 4u);
+  }
+  std::filesystem::remove(trace_path);
+  std::filesystem::remove(file);
 }
 
 TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {

@@ -224,6 +224,19 @@ TEST(Calibration, InputAndOptionErrors) {
   expect_option_error({.jackknife_groups = 1}, "jackknife_groups = 1");
   expect_option_error({.max_age_bins = 2}, "max_age_bins = 2");
   EXPECT_THROW((void)cal::estimate(std::vector{good}, {}, md::default_region_table(), {.alpha = -1.0}), md::config_error);
+  // A valid trace whose run-length segment claims billions of tokens is refused before anything is expanded.
+  tr::trace_file huge;
+  huge.label = "huge";
+  huge.region_names = tr::default_region_names();
+  huge.episodes.push_back({"huge/0", 0, {tr::segment{0, 0, 4'000'000'000u}}});
+  ASSERT_FALSE(tr::check(huge).has_value());
+  try {
+    (void)cal::estimate(std::vector{huge});
+    FAIL();
+  } catch (const md::input_error& e) {
+    EXPECT_NE(std::string(e.what()).find("episode 'huge/0' of 'huge' holds 4000000000 tokens"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

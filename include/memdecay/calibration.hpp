@@ -436,6 +436,9 @@ struct age_profile {
   std::vector<double> count;  ///< samples in each bin
 };
 
+/// estimate() rejects episodes longer than this (their rows are expanded per token).
+inline constexpr std::uint64_t max_episode_tokens = std::uint64_t{1} << 24;
+
 /// Settings recorded in the calibration besides the fits.
 struct runtime_settings {
   attention_normalization normalization = attention_normalization::uniform;
@@ -486,7 +489,13 @@ struct runtime_settings {
   step_t last = 0;
   for (const auto& f : traces) {
     total_episodes += f.episodes.size();
-    for (const auto& e : f.episodes) last = std::max(last, e.last_step());
+    for (const auto& e : f.episodes) {
+      last = std::max(last, e.last_step());
+      // Rows are expanded per token; the reader accepts run-length segments of billions of tokens.
+      if (e.total_tokens() > max_episode_tokens)
+        raise_input("calibration: episode '" + e.name + "' of '" + f.label + "' holds " + to_text(e.total_tokens()) +
+                    " tokens (calibration handles at most " + to_text(max_episode_tokens) + " per episode)");
+    }
   }
   const std::uint64_t width = std::max<std::uint64_t>(1, (std::uint64_t{last} + options.max_age_bins) / options.max_age_bins);
   const std::size_t groups = std::max<std::size_t>(1, std::min<std::size_t>(options.jackknife_groups, total_episodes));
