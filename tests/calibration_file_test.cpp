@@ -96,7 +96,7 @@ TEST(CalibrationFile, RoundTripsThroughTextAndFile) {
 
   auto no_model = c;
   no_model.source.model.reset();
-  no_model.normalization = md::attention_normalization::zscore;
+  no_model.normalization = md::attention_normalization::none;
   EXPECT_EQ(cal::parse_or_throw(cal::to_json(no_model)), no_model);
 }
 
@@ -202,7 +202,7 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
   expect_rejected([](json& j) { j["alpha"] = "1"; }, "alpha: a string \"1\" (must be a number)");
   expect_rejected([](json& j) { j["alpha"] = -0.5; }, "alpha: -0.5 (must be >= 0)");
   expect_rejected([](json& j) { j["normalization"] = "softmax"; },
-                  "normalization: 'softmax' (known: none uniform lifetime zscore)");
+                  "normalization: 'softmax' (known: none uniform");
   expect_rejected([](json& j) { j["regions"] = json::array(); }, "regions: has 0 entries (must be 1 to 256)");
   expect_rejected([](json& j) { j["regions"][1] = 7; }, "regions[1]: a number (must be an object)");
   expect_rejected([](json& j) { j["regions"][1]["name"] = "system"; },

@@ -42,6 +42,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -220,16 +221,36 @@ struct calibration {
   }
 };
 
+/// The normalisation mode called `name` (as memdecay::to_string spells it), if there is one.
+[[nodiscard]] inline std::optional<attention_normalization> normalization_from_string(std::string_view name) noexcept {
+  for (int i = 0; i < 256; ++i) {
+    const auto mode = static_cast<attention_normalization>(i);
+    const std::string_view text = memdecay::to_string(mode);
+    if (text == "?") break;
+    if (text == name) return mode;
+  }
+  return std::nullopt;
+}
+/// Every normalisation mode's name, space-separated (for messages).
+[[nodiscard]] inline std::string normalization_names() {
+  std::string out;
+  for (int i = 0; i < 256; ++i) {
+    const std::string_view text = memdecay::to_string(static_cast<attention_normalization>(i));
+    if (text == "?") break;
+    out += (out.empty() ? "" : " ") + std::string(text);
+  }
+  return out;
+}
+
 namespace detail {
 
 using memdecay::detail::to_text;
 
 // Two-sided 97.5% quantile of Student's t with `df` degrees of freedom (df >= 1).
 [[nodiscard]] inline double t975(std::size_t df) noexcept {
-  static constexpr std::array<double, 30> table{12.706, 4.303, 3.182,       2.776, 2.571, 2.447, 2.365, 2.306,
-                                                2.262,  2.228, 2.201,       2.179, 2.160, 2.145, 2.131, 2.120,
-                                                2.110,  2.101, 2.093,       2.086, 2.080, 2.074, 2.069, 2.064,
-                                                2.060,  2.056, 2.052,       2.048, 2.045, 2.042};
+  static constexpr std::array<double, 30> table{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                                                2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+                                                2.080,  2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042};
   if (df == 0) return std::numeric_limits<double>::infinity();
   if (df <= table.size()) return table[df - 1];
   const double z = 1.959963984540054, n = static_cast<double>(df);
@@ -641,7 +662,7 @@ struct runtime_settings {
 
 inline std::optional<std::string> calibration::check() const {
   using memdecay::detail::to_text;
-  if (normalization > attention_normalization::zscore)
+  if (std::string_view(memdecay::to_string(normalization)) == "?")
     return "normalization = " + to_text(static_cast<int>(normalization)) + " (unknown mode)";
   if (!std::isfinite(alpha) || alpha < 0.0) return "alpha = " + to_text(alpha) + " (must be finite and >= 0)";
   if (!std::isfinite(tau) || tau < 0.0) return "tau = " + to_text(tau) + " (must be finite and >= 0)";

@@ -28,7 +28,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,14 +100,9 @@ class reader {
                                  to_text(format_version) + ")");
     std::string mode;
     if (!string(root, "normalization", "", mode)) return false;
-    bool known = false;
-    for (auto m : {attention_normalization::none, attention_normalization::uniform, attention_normalization::lifetime,
-                   attention_normalization::zscore})
-      if (mode == memdecay::to_string(m)) {
-        out.normalization = m;
-        known = true;
-      }
-    if (!known) return fail("normalization", "'" + mode + "' (known: none uniform lifetime zscore)");
+    const auto parsed = normalization_from_string(mode);
+    if (!parsed) return fail("normalization", "'" + mode + "' (known: " + normalization_names() + ")");
+    out.normalization = *parsed;
     if (!number(root, "alpha", "", out.alpha) || !number(root, "tau", "", out.tau)) return false;
     if (!(out.alpha >= 0.0)) return fail("alpha", to_text(out.alpha) + " (must be >= 0)");
     if (!(out.tau >= 0.0)) return fail("tau", to_text(out.tau) + " (must be >= 0)");

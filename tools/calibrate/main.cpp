@@ -67,10 +67,8 @@ std::string now_utc() {
 }
 
 md::attention_normalization parse_mode(const std::string& s) {
-  for (auto m : {md::attention_normalization::none, md::attention_normalization::uniform,
-                 md::attention_normalization::lifetime, md::attention_normalization::zscore})
-    if (s == md::to_string(m)) return m;
-  throw md::config_error("invalid config: --normalization '" + s + "' (known: none uniform lifetime zscore)");
+  if (auto m = cal::normalization_from_string(s)) return *m;
+  throw md::config_error("invalid config: --normalization '" + s + "' (known: " + cal::normalization_names() + ")");
 }
 
 // --half-life region=steps for the generator: the model's h_r per region (the rest keep the defaults).
