@@ -1,5 +1,8 @@
-// Scoring microbenchmarks: the scalar reference page scorer and selection, over sequence lengths.
-// Report ratios against a baseline measured in the same run (see docs/benchmarks.md).
+// The policy end to end, through memdecay::sequence (the SIMD kernels are its hot path):
+//   sequence/observe/<n>          observe_tokens: validation + the fused observe + score pass
+//   sequence/select/<n>           select(n_pages / 8) right after an observation (reuses the fused scores)
+//   sequence/select_after_tick/<n> advance_to(+1) then select(n_pages / 8): a score-only pass + selection
+// n = tokens, pages of 16, uniform normalisation. The kernels alone, and their baselines: simd_bench.cpp.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -21,46 +24,48 @@ md::sequence make_sequence(std::size_t tokens) {
     done += run;
   }
   seq.advance_to(1000);
-  std::vector<float> mass(seq.kv_len(), 1.0f / static_cast<float>(seq.kv_len()));
-  seq.observe_tokens(mass);
   return seq;
 }
 
-// Baseline: one pass that only reads the state (sum of EWMA), the memory-bound floor of any scorer.
-void BM_read_state_floor(benchmark::State& state) {
-  const auto seq = make_sequence(static_cast<std::size_t>(state.range(0)));
-  for (auto _ : state) {
-    float sum = 0;
-    for (float a : seq.state().ewma()) sum += a;
-    benchmark::DoNotOptimize(sum);
-  }
-  state.SetItemsProcessed(state.iterations() * state.range(0));
+std::vector<float> make_mass(std::size_t n) {
+  std::vector<float> mass(n);
+  for (std::size_t i = 0; i < n; ++i) mass[i] = static_cast<float>(i * 7919 % 1000) / 500.0f / static_cast<float>(n);
+  return mass;
 }
 
-void BM_page_scores_scalar_reference(benchmark::State& state) {
-  const auto seq = make_sequence(static_cast<std::size_t>(state.range(0)));
-  std::vector<float> out(seq.num_pages());
-  for (auto _ : state) {
-    seq.page_scores(out);
-    benchmark::DoNotOptimize(out.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetItemsProcessed(state.iterations() * state.range(0));
-}
-
-void BM_select_for_budget_scalar_reference(benchmark::State& state) {
+void BM_sequence_observe(benchmark::State& state) {
   auto seq = make_sequence(static_cast<std::size_t>(state.range(0)));
+  const auto mass = make_mass(seq.kv_len());
+  std::size_t refreshed = 0;
+  for (auto _ : state) refreshed += seq.observe_tokens(mass);
+  benchmark::DoNotOptimize(refreshed);
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_sequence_select(benchmark::State& state) {
+  auto seq = make_sequence(static_cast<std::size_t>(state.range(0)));
+  seq.observe_tokens(make_mass(seq.kv_len()));
   std::size_t victims = 0;
+  for (auto _ : state) victims += seq.select(seq.num_pages() / 8).pages.size();
+  benchmark::DoNotOptimize(victims);
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_sequence_select_after_tick(benchmark::State& state) {
+  auto seq = make_sequence(static_cast<std::size_t>(state.range(0)));
+  seq.observe_tokens(make_mass(seq.kv_len()));
+  std::size_t victims = 0;
+  md::step_t now = seq.now();
   for (auto _ : state) {
-    const auto plan = seq.select(seq.num_pages() / 4);
-    victims += plan.pages.size();
-    benchmark::DoNotOptimize(victims);
+    seq.advance_to(++now);
+    victims += seq.select(seq.num_pages() / 8).pages.size();
   }
+  benchmark::DoNotOptimize(victims);
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
 }  // namespace
 
-BENCHMARK(BM_read_state_floor)->RangeMultiplier(8)->Range(1 << 10, 1 << 19);
-BENCHMARK(BM_page_scores_scalar_reference)->RangeMultiplier(8)->Range(1 << 10, 1 << 19);
-BENCHMARK(BM_select_for_budget_scalar_reference)->RangeMultiplier(8)->Range(1 << 10, 1 << 19);
+BENCHMARK(BM_sequence_observe)->Name("sequence/observe")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);
+BENCHMARK(BM_sequence_select)->Name("sequence/select")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);
+BENCHMARK(BM_sequence_select_after_tick)->Name("sequence/select_after_tick")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);

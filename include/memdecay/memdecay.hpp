@@ -17,6 +17,7 @@
 #include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "memdecay/page_tables/vllm_block_table.hpp"
 #include "memdecay/page_tables/sglang_req_to_token.hpp"
+#include "memdecay/simd/simd.hpp"
 #include "memdecay/sequence.hpp"
 #include "memdecay/trace.hpp"
 #include "memdecay/trace_generator.hpp"

@@ -35,6 +35,8 @@
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
 #include "memdecay/sequence_state.hpp"
+#include "memdecay/simd/score_kernel.hpp"
+#include "memdecay/simd/select.hpp"
 
 namespace memdecay {
 
@@ -69,7 +71,7 @@ class basic_sequence {
 
   /// Validates `cfg` (config_error naming the field) and starts an empty sequence at step 0.
   explicit basic_sequence(config cfg) : config_(validated(std::move(cfg))), regions_(config_.effective_regions()),
-                                        state_(config_.page_size) {
+                                        state_(config_.page_size), lut_(regions_) {
     alpha_ = static_cast<Float>(config_.alpha);
     params_.beta = static_cast<Float>(config_.effective_beta());
     params_.tau = static_cast<Float>(config_.tau);
@@ -159,11 +161,11 @@ class basic_sequence {
     if (out.size() != num_pages())
       detail::raise_input("page_scores output has " + detail::to_text(out.size()) + " entries, expected " +
                           detail::to_text(num_pages()));
-    page_scores_reference(state_, regions_, alpha_, out);
+    fill_page_scores(out);
   }
   [[nodiscard]] std::vector<Float> page_scores() const {
     std::vector<Float> out(num_pages());
-    page_scores_reference(state_, regions_, alpha_, std::span<Float>(out));
+    fill_page_scores(std::span<Float>(out));
     return out;
   }
   /// Every page's status under the config's protections and the caller's protected pages.
@@ -206,7 +208,7 @@ class basic_sequence {
     plan.requested = k;
     plan.page_size = page_size();
     plan.generation = state_.generation();
-    plan.pages = select_lowest_pages<Float>(scores, status, k);
+    plan.pages = simd::select_lowest_pages_fast<Float>(scores, status, k);  // == select_lowest_pages
     for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
     plan.pages_over_budget = pages_over_high(kv_len() - plan.tokens());
     return plan;
@@ -268,12 +270,24 @@ class basic_sequence {
         detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) +
                             " overflows once normalised");
   }
-  std::size_t apply(std::span<const Float> mass) noexcept {
+  // The observation is the fused SIMD pass (simd/score_kernel.hpp): it updates the EWMA and clocks exactly as
+  // observe_tokens_reference does and leaves the page scores of the new state in scores_, which page_scores()
+  // and select() reuse until the next mutation (any mutation bumps the generation).
+  std::size_t apply(std::span<const Float> mass) {
+    scores_.resize(num_pages());  // the only step that may throw: the state is untouched so far
     params_.scale = normalization_scale<Float>(config_.normalization, kv_len());
     const std::size_t refreshed =
-        observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
+        simd::observe_and_score(state_, mass, params_, lut_, alpha_, std::span<Float>(scores_));
     state_.touch();
+    scores_generation_ = state_.generation();
     return refreshed;
+  }
+  /// Page scores by the SIMD kernel, or the ones the last fused observation left when nothing changed since.
+  void fill_page_scores(std::span<Float> out) const noexcept {
+    if (scores_generation_ == state_.generation() && scores_.size() == out.size())
+      std::copy(scores_.begin(), scores_.end(), out.begin());
+    else
+      simd::page_scores(state_, lut_, alpha_, out);
   }
   [[nodiscard]] std::size_t pages_over_high(std::uint64_t resident_after) const noexcept {
     const auto marks = config_.budget.in_tokens(page_size(), logical_len());
@@ -298,6 +312,9 @@ class basic_sequence {
   state_type state_;
   Float alpha_{};
   observation_params<Float> params_{};
+  simd::region_lut<Float> lut_;                 ///< regions_ in the SIMD kernel's layout
+  std::vector<Float> scores_;                   ///< page scores left by the last fused observation ...
+  std::uint64_t scores_generation_ = ~std::uint64_t{0};  ///< ... valid while the state is at this generation
 };
 
 /// The common case: float scores, page size chosen at run time.

@@ -1,0 +1,334 @@
+// The SIMD scorer against the baselines a user would otherwise write, on the same data, in one run:
+//   <pass>/simd/<n>             memdecay::simd kernels, native isa, compile-time page size 16
+//   <pass>/simd_dynamic/<n>     the same with the page size chosen at run time
+//   <pass>/simd_scalar_isa/<n>  the same kernel compiled for the 1-lane fallback (what non-x86 targets run)
+//   <pass>/reference/<n>        the library's scalar reference (page_scores_reference / observe_tokens_reference)
+//   <pass>/scalar_exp/<n>       a plain scalar loop calling std::exp
+//   <pass>/autovec/<n>          that loop compiled -O3 -ffast-math so that GCC vectorises it (libmvec expf)
+//   <pass>/eigen/<n>            an Eigen 3.4 array expression (vectorised exp), in cache-sized chunks
+//   <pass>/roofline/<n>         the simd kernel with the exp and region math removed (same loads, stores,
+//                               page sums; fused keeps the EWMA update): the memory/loop floor
+// <pass> is `score` (score-only) or `fused` (observe + score). n = tokens; pages of 16; float. Items are
+// tokens; bytes are the state traffic per token (score 9 + 0.25, fused 21 + 0.25).
+// Speed claims are ratios between rows of one run (docs/benchmarks.md, bench/run_benchmarks.py).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+// GCC 12 warns about its own AVX-512 intrinsics inlined into Eigen's exp (-Wmaybe-uninitialized, a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <Eigen/Core>
+
+#include <memdecay/memdecay.hpp>
+
+#include "baselines.hpp"
+
+namespace md = memdecay;
+namespace ms = memdecay::simd;
+
+namespace {
+
+constexpr std::size_t kPage = 16;
+constexpr double kScoreBytes = 9.0 + 4.0 / kPage;
+constexpr double kFusedBytes = 21.0 + 4.0 / kPage;
+
+/// One workload: a state of n tokens of the default regions, clocks spread over the last 4000 steps, EWMA and
+/// an observation (uniform normalisation, a quarter of the tokens above tau).
+struct workload {
+  md::region_table table = md::default_region_table();
+  md::sequence_state<float, kPage> state;
+  std::vector<float> mass, out;
+  ms::region_lut<float> lut{table};
+  md::observation_params<float> obs{};
+  float alpha = 1.0f;
+
+  explicit workload(std::size_t n) {
+    std::uint64_t x = 12345;
+    auto next = [&x] { return x = x * 6364136223846793005ULL + 1442695040888963407ULL; };
+    std::vector<md::region_span> spans;
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t run = std::min<std::size_t>(n - done, 8 + (next() >> 58));
+      spans.push_back({static_cast<md::region_id>((next() >> 33) % 7), run});
+      done += run;
+    }
+    state.append(spans);
+    state.advance_to(5000);
+    auto lr = state.last_refresh_mut();
+    auto ew = state.ewma_mut();
+    mass.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      lr[i] = static_cast<md::step_t>(1000 + (next() >> 33) % 4000);
+      ew[i] = static_cast<float>((next() >> 40) % 1000) / 500.0f;
+      mass[i] = static_cast<float>((next() >> 40) % 1000) / 400.0f / static_cast<float>(n);
+    }
+    out.resize(state.num_pages());
+    obs = {0.9f, 1.0f, static_cast<float>(n)};
+  }
+  baselines::score_args score_args() {
+    return {state.regions().data(), state.last_refresh().data(), state.ewma().data(), state.kv_len(),
+            state.now(), lut.base(), lut.neg_rate(), alpha, out.data()};
+  }
+  baselines::observe_args observe_args() {
+    return {state.last_refresh_mut().data(), state.ewma_mut().data(), mass.data(), obs.beta, obs.tau, obs.scale};
+  }
+};
+
+workload& data(std::size_t n) {
+  static std::map<std::size_t, std::unique_ptr<workload>> cache;
+  auto it = cache.find(n);
+  if (it == cache.end()) {
+    cache.clear();  // keep one size resident: 16M tokens is 208 MB
+    it = cache.emplace(n, std::make_unique<workload>(n)).first;
+  }
+  return *it->second;
+}
+
+void finish(benchmark::State& st, std::size_t n, double bytes_per_token) {
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(n));
+  st.SetBytesProcessed(static_cast<std::int64_t>(static_cast<double>(st.iterations()) * static_cast<double>(n) *
+                                                 bytes_per_token));
+}
+
+// --- the plain scalar loops (no -ffast-math, so std::exp stays a libm call per token) ----------------------------
+void score_scalar_exp(const baselines::score_args& a) {
+  const std::uint8_t* r = a.regions;
+  const std::uint32_t* lr = a.last_refresh;
+  const float* ew = a.ewma;
+  const float* base = a.base;
+  const float* neg = a.neg_rate;
+  for (std::size_t p = 0; p < a.n / kPage; ++p) {
+    float sum = 0;
+    for (std::size_t i = p * kPage; i < (p + 1) * kPage; ++i)
+      sum += base[r[i]] * std::exp(neg[r[i]] * static_cast<float>(a.now - lr[i])) + a.alpha * ew[i];
+    a.out[p] = sum / static_cast<float>(kPage);
+  }
+}
+std::size_t fused_scalar_exp(const baselines::score_args& a, const baselines::observe_args& o) {
+  const std::uint8_t* r = a.regions;
+  std::uint32_t* lr = o.last_refresh;
+  float* ew = o.ewma;
+  const float* base = a.base;
+  const float* neg = a.neg_rate;
+  std::size_t refreshed = 0;
+  for (std::size_t p = 0; p < a.n / kPage; ++p) {
+    float sum = 0;
+    for (std::size_t i = p * kPage; i < (p + 1) * kPage; ++i) {
+      const float x = o.scale * o.mass[i];
+      ew[i] = o.beta * ew[i] + (1.0f - o.beta) * x;
+      if (x > o.tau) {
+        lr[i] = a.now;
+        ++refreshed;
+      }
+      sum += base[r[i]] * std::exp(neg[r[i]] * static_cast<float>(a.now - lr[i])) + a.alpha * ew[i];
+    }
+    a.out[p] = sum / static_cast<float>(kPage);
+  }
+  return refreshed;
+}
+
+// --- Eigen: lookups into per-token arrays, then one array expression (no cast<>/select in it, or Eigen 3.4's
+// exp would silently go scalar), page means by a colwise sum; chunks of 4096 tokens stay in L1/L2. ----------------
+constexpr std::size_t kChunk = 4096;
+void eigen_chunk_scores(const baselines::score_args& a, std::size_t first, std::size_t m, const float* ewma,
+                        float* tb, float* targ) {
+  const std::uint8_t* r = a.regions + first;
+  const std::uint32_t* lr = a.last_refresh + first;
+  const float* base = a.base;
+  const float* neg = a.neg_rate;
+  for (std::size_t i = 0; i < m; ++i) {
+    tb[i] = base[r[i]];
+    targ[i] = neg[r[i]] * static_cast<float>(a.now - lr[i]);
+  }
+  const auto em = static_cast<Eigen::Index>(m);
+  Eigen::Map<Eigen::ArrayXf> b(tb, em), arg(targ, em);
+  Eigen::Map<const Eigen::ArrayXf> e(ewma + first, em);
+  b = b * arg.exp() + a.alpha * e;
+  Eigen::Map<Eigen::Array<float, static_cast<int>(kPage), Eigen::Dynamic>> pages(tb, kPage, em / kPage);
+  Eigen::Map<Eigen::Array<float, 1, Eigen::Dynamic>> out(a.out + first / kPage, em / kPage);
+  out = pages.colwise().sum() / static_cast<float>(kPage);
+}
+void score_eigen(const baselines::score_args& a, std::vector<float>& tb, std::vector<float>& targ) {
+  for (std::size_t first = 0; first < a.n; first += kChunk)
+    eigen_chunk_scores(a, first, std::min(kChunk, a.n - first), a.ewma, tb.data(), targ.data());
+}
+std::size_t fused_eigen(const baselines::score_args& a, const baselines::observe_args& o, std::vector<float>& tb,
+                        std::vector<float>& targ) {
+  std::size_t refreshed = 0;
+  for (std::size_t first = 0; first < a.n; first += kChunk) {
+    const std::size_t m = std::min(kChunk, a.n - first);
+    const auto em = static_cast<Eigen::Index>(m);
+    Eigen::Map<const Eigen::ArrayXf> mass(o.mass + first, em);
+    Eigen::Map<Eigen::ArrayXf> ew(o.ewma + first, em);
+    ew = o.beta * ew + (1.0f - o.beta) * (o.scale * mass);
+    std::uint32_t* lr = o.last_refresh + first;
+    for (std::size_t i = 0; i < m; ++i)
+      if (o.scale * o.mass[first + i] > o.tau) {
+        lr[i] = a.now;
+        ++refreshed;
+      }
+    eigen_chunk_scores(a, first, m, o.ewma, tb.data(), targ.data());
+  }
+  return refreshed;
+}
+
+// --- roofline: the scorer's loop with the exp and the per-region math taken out. Same loads (region byte,
+// clock, EWMA; and mass for fused), same stores, same page structure and transposed page sums; per token it only
+// adds EWMA + age + b_r. ------------------------------------------------------------------------------------------
+using NP = ms::packet<float, ms::native_isa>;
+using SP = ms::packet<float, ms::isa::scalar>;
+
+template <class P>
+MEMDECAY_SIMD_INLINE typename P::reg light(const typename P::table& t, const md::region_id* r,
+                                           typename P::ureg lr, typename P::reg ew, md::step_t now) {
+  return P::add(P::add(ew, P::age(lr, now)), P::template lookup<true>(t, r));
+}
+
+void score_roofline(workload& w) {
+  const md::region_id* r = w.state.regions().data();
+  const md::step_t* lr = w.state.last_refresh().data();
+  const float* ew = w.state.ewma().data();
+  const auto vt = NP::make_table(w.lut.base());
+  const auto st = SP::make_table(w.lut.base());
+  const md::step_t now = w.state.now();
+  ms::detail::page_loop<NP, kPage>(
+      w.state.kv_len(), kPage, w.out.data(),
+      [&](std::size_t i) { return light<NP>(vt, r + i, NP::load_u32(lr + i), NP::load(ew + i), now); },
+      [&](std::size_t i) { return light<SP>(st, r + i, SP::load_u32(lr + i), SP::load(ew + i), now); });
+}
+
+std::size_t fused_roofline(workload& w) {
+  const md::region_id* r = w.state.regions().data();
+  md::step_t* lr = w.state.last_refresh_mut().data();
+  float* ew = w.state.ewma_mut().data();
+  const float* mass = w.mass.data();
+  const auto vt = NP::make_table(w.lut.base());
+  const auto st = SP::make_table(w.lut.base());
+  const md::step_t now = w.state.now();
+  ms::detail::token_observer<NP> vobs(w.obs, now);
+  ms::detail::token_observer<SP> sobs(w.obs, now);
+  ms::detail::page_loop<NP, kPage>(
+      w.state.kv_len(), kPage, w.out.data(),
+      [&](std::size_t i) {
+        NP::ureg l;
+        NP::reg a;
+        vobs(lr + i, ew + i, mass + i, l, a);
+        return light<NP>(vt, r + i, l, a, now);
+      },
+      [&](std::size_t i) {
+        SP::ureg l;
+        SP::reg a;
+        sobs(lr + i, ew + i, mass + i, l, a);
+        return light<SP>(st, r + i, l, a, now);
+      });
+  return vobs.refreshed + sobs.refreshed;
+}
+
+// --- benchmark bodies ---------------------------------------------------------------------------------------
+template <class F>
+void run_score(benchmark::State& st, F&& kernel) {
+  const auto n = static_cast<std::size_t>(st.range(0));
+  auto& w = data(n);
+  for (auto _ : st) {
+    kernel(w);
+    benchmark::DoNotOptimize(w.out.data());
+    benchmark::ClobberMemory();
+  }
+  finish(st, n, kScoreBytes);
+}
+template <class F>
+void run_fused(benchmark::State& st, F&& kernel) {
+  const auto n = static_cast<std::size_t>(st.range(0));
+  auto& w = data(n);
+  std::size_t refreshed = 0;
+  for (auto _ : st) {
+    refreshed += kernel(w);
+    benchmark::DoNotOptimize(w.out.data());
+    benchmark::ClobberMemory();
+  }
+  benchmark::DoNotOptimize(refreshed);
+  finish(st, n, kFusedBytes);
+}
+
+void register_all() {
+  static std::vector<float> tb(kChunk), targ(kChunk);
+  const std::vector<std::int64_t> sizes = {4096, 65536, 1 << 20, 1 << 24};
+  // Variants are registered size by size, so that one workload is built per size (16M tokens take a second).
+  std::vector<std::pair<std::string, void (*)(benchmark::State&)>> variants;
+  auto add = [&](const std::string& name, void (*fn)(benchmark::State&)) { variants.emplace_back(name, fn); };
+  // score-only
+  add("score/simd", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { ms::page_scores(w.state, w.lut, w.alpha, std::span<float>(w.out)); });
+  });
+  add("score/simd_dynamic", [](benchmark::State& st) {
+    run_score(st, [](workload& w) {
+      ms::score_pages(w.state.regions().data(), w.state.last_refresh().data(), w.state.ewma().data(),
+                      w.state.kv_len(), kPage, w.state.now(), w.lut, w.alpha, w.out.data());
+    });
+  });
+  add("score/simd_scalar_isa", [](benchmark::State& st) {
+    run_score(st, [](workload& w) {
+      ms::page_scores<ms::isa::scalar>(w.state, w.lut, w.alpha, std::span<float>(w.out));
+    });
+  });
+  add("score/reference", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { md::page_scores_reference(w.state, w.table, w.alpha, std::span<float>(w.out)); });
+  });
+  add("score/scalar_exp", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { score_scalar_exp(w.score_args()); });
+  });
+  add("score/autovec", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { baselines::score_autovec(w.score_args()); });
+  });
+  add("score/eigen", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { score_eigen(w.score_args(), tb, targ); });
+  });
+  add("score/roofline", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { score_roofline(w); });
+  });
+  // fused observe + score
+  add("fused/simd", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) {
+      return ms::observe_and_score(w.state, std::span<const float>(w.mass), w.obs, w.lut, w.alpha,
+                                   std::span<float>(w.out));
+    });
+  });
+  add("fused/simd_scalar_isa", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) {
+      return ms::observe_and_score<ms::isa::scalar>(w.state, std::span<const float>(w.mass), w.obs, w.lut, w.alpha,
+                                                    std::span<float>(w.out));
+    });
+  });
+  add("fused/reference", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) {
+      const std::size_t r = md::observe_tokens_reference<float>(w.state.ewma_mut(), w.state.last_refresh_mut(),
+                                                                std::span<const float>(w.mass), w.state.now(), w.obs);
+      md::page_scores_reference(w.state, w.table, w.alpha, std::span<float>(w.out));
+      return r;
+    });
+  });
+  add("fused/scalar_exp", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) { return fused_scalar_exp(w.score_args(), w.observe_args()); });
+  });
+  add("fused/autovec", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) { return baselines::fused_autovec(w.score_args(), w.observe_args()); });
+  });
+  add("fused/eigen", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) { return fused_eigen(w.score_args(), w.observe_args(), tb, targ); });
+  });
+  add("fused/roofline", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) { return fused_roofline(w); });
+  });
+  for (auto n : sizes)
+    for (const auto& [name, fn] : variants) benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);
+}
+
+const bool registered = (register_all(), true);
+
+}  // namespace

@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: compile-time SIMD architecture selection.
+//
+// The scorer is compiled for one instruction set per translation unit, chosen from the compiler's target
+// macros (what -march/-m flags enable), best first:
+//
+//   isa::avx512  __AVX512F__ + __AVX512VL__ + __AVX512DQ__ + __AVX512BW__  16 floats / 8 doubles per register
+//   isa::avx2    __AVX2__ (+ __FMA__ when present)                           8 floats / 4 doubles
+//   isa::sse     __SSE2__ (every x86-64; SSE4.1 instructions when __SSE4_1__)  4 floats / 2 doubles
+//   isa::scalar  anything else (NEON targets currently take this path)      1 lane
+//
+// Kernels are templates over the isa (packet<Float, isa>), so a test or an engine can instantiate any isa its
+// compiler can emit next to the native one. MEMDECAY_SIMD_ISA overrides the choice (0 scalar, 1 sse, 2 avx2,
+// 3 avx512); MEMDECAY_SIMD_ENABLE_AVX2 / _AVX512 declare an isa available when the code is compiled under
+// `#pragma GCC target` (which does not define the __AVX2__ family of macros). There is no run-time dispatch: a
+// header-only library cannot own per-ISA translation units; build the engine with the -march it runs on.
+#ifndef MEMDECAY_SIMD_ARCH_HPP
+#define MEMDECAY_SIMD_ARCH_HPP
+
+#if !defined(MEMDECAY_SIMD_ENABLE_AVX512) && defined(__AVX512F__) && defined(__AVX512VL__) && \
+    defined(__AVX512DQ__) && defined(__AVX512BW__)
+#define MEMDECAY_SIMD_ENABLE_AVX512 1
+#endif
+#if !defined(MEMDECAY_SIMD_ENABLE_AVX2) && (defined(__AVX2__) || defined(MEMDECAY_SIMD_ENABLE_AVX512))
+#define MEMDECAY_SIMD_ENABLE_AVX2 1
+#endif
+#if !defined(MEMDECAY_SIMD_ENABLE_SSE) && (defined(__SSE2__) || defined(_M_X64))
+#define MEMDECAY_SIMD_ENABLE_SSE 1
+#endif
+
+#if !defined(MEMDECAY_SIMD_ISA)
+#if defined(MEMDECAY_SIMD_ENABLE_AVX512)
+#define MEMDECAY_SIMD_ISA 3
+#elif defined(MEMDECAY_SIMD_ENABLE_AVX2)
+#define MEMDECAY_SIMD_ISA 2
+#elif defined(MEMDECAY_SIMD_ENABLE_SSE)
+#define MEMDECAY_SIMD_ISA 1
+#else
+#define MEMDECAY_SIMD_ISA 0
+#endif
+#endif
+
+#if defined(MEMDECAY_SIMD_ENABLE_SSE) || defined(MEMDECAY_SIMD_ENABLE_AVX2) || defined(MEMDECAY_SIMD_ENABLE_AVX512)
+#include <immintrin.h>
+#endif
+
+// FMA: AVX-512 always has it; AVX2 and SSE use it when the compiler targets it.
+#if defined(__FMA__) || defined(MEMDECAY_SIMD_ENABLE_FMA) || defined(MEMDECAY_SIMD_ENABLE_AVX512)
+#define MEMDECAY_SIMD_HAS_FMA 1
+#else
+#define MEMDECAY_SIMD_HAS_FMA 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MEMDECAY_SIMD_INLINE inline __attribute__((always_inline))
+#else
+#define MEMDECAY_SIMD_INLINE inline
+#endif
+
+// GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsics (_mm512_undefined_ps) once they are
+// inlined at -O2; every simd header wraps its definitions in these so that -Werror builds stay clean.
+#if defined(__GNUC__) && !defined(__clang__)
+#define MEMDECAY_SIMD_BEGIN                                   \
+  _Pragma("GCC diagnostic push")                              \
+  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define MEMDECAY_SIMD_END _Pragma("GCC diagnostic pop")
+#else
+#define MEMDECAY_SIMD_BEGIN
+#define MEMDECAY_SIMD_END
+#endif
+
+namespace memdecay::simd {
+
+/// The instruction sets the kernels are written for.
+enum class isa : int { scalar = 0, sse = 1, avx2 = 2, avx512 = 3 };
+
+/// The instruction set this translation unit's kernels use by default.
+inline constexpr isa native_isa = static_cast<isa>(MEMDECAY_SIMD_ISA);
+
+[[nodiscard]] constexpr const char* to_string(isa a) noexcept {
+  switch (a) {
+    case isa::scalar: return "scalar";
+    case isa::sse: return "sse";
+    case isa::avx2: return "avx2";
+    case isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+/// Whether this translation unit can emit code for `a`.
+[[nodiscard]] constexpr bool isa_available(isa a) noexcept {
+  switch (a) {
+    case isa::scalar: return true;
+    case isa::sse:
+#if defined(MEMDECAY_SIMD_ENABLE_SSE)
+      return true;
+#else
+      return false;
+#endif
+    case isa::avx2:
+#if defined(MEMDECAY_SIMD_ENABLE_AVX2)
+      return true;
+#else
+      return false;
+#endif
+    case isa::avx512:
+#if defined(MEMDECAY_SIMD_ENABLE_AVX512)
+      return true;
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+}  // namespace memdecay::simd
+
+#endif  // MEMDECAY_SIMD_ARCH_HPP
