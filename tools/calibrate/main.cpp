@@ -106,8 +106,8 @@ void print_summary(const cal::calibration& c, const md::region_table& base) {
     const double def = base[*base.find(r.name)].half_life();
     std::printf("| %s | %s | %s | %s | %.6f | %s | %s | %llu | %llu | %s | %s |\n", r.name.c_str(),
                 cal::to_string(f.status), r.calibrated() ? fixed(*f.half_life).c_str() : "-",
-                interval_text(f.half_life_ci).c_str(), r.decay_rate, f.floor ? fixed(*f.floor, 3).c_str() : "-",
-                f.amplitude ? fixed(*f.amplitude, 3).c_str() : "-", static_cast<unsigned long long>(f.samples),
+                interval_text(f.half_life_ci).c_str(), r.decay_rate, r.calibrated() ? fixed(*f.floor, 3).c_str() : "-",
+                r.calibrated() ? fixed(*f.amplitude, 3).c_str() : "-", static_cast<unsigned long long>(f.samples),
                 static_cast<unsigned long long>(f.episodes), fixed(def).c_str(),
                 r.calibrated() ? "fitted" : ("default kept: " + f.reason).c_str());
   }
