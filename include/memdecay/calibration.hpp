@@ -402,7 +402,10 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
   curve_fit out;
   out.samples = d.samples;
   out.episodes = static_cast<std::uint64_t>(std::count(d.episode_seen.begin(), d.episode_seen.end(), std::uint8_t{1}));
-  auto [full, outcome] = fit_curve(merge(d, std::numeric_limits<std::size_t>::max()), o);
+  // Not a structured binding: the lambda below captures `full` (clang before 16 cannot capture bindings).
+  const auto fitted = fit_curve(merge(d, std::numeric_limits<std::size_t>::max()), o);
+  const curve full = fitted.first;
+  const fit_outcome outcome = fitted.second;
   if (full.valid && outcome == fit_outcome::ok) {
     out.half_life = std::numbers::ln2 / full.lambda;
     out.floor = full.floor;
