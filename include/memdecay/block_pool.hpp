@@ -17,6 +17,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 #include <utility>
@@ -77,6 +78,10 @@ class block_pool {
   /// the pool has too few free blocks.
   void append_tokens(const SequenceId& seq, std::size_t tokens) {
     auto& e = find(seq);
+    // A count so large that tokens + e.tokens (+ page_size - 1 in pages_for) wraps can never fit; unchecked, it
+    // wrapped to a small size and was accepted with no blocks (found by tests/fuzz; docs/reliability.md).
+    if (tokens > std::numeric_limits<std::size_t>::max() - (page_size_ - 1) - e.tokens)
+      detail::raise_input("block pool exhausted: " + detail::to_text(tokens) + " more tokens overflow the token count");
     const std::size_t needed = pages_for(e.tokens + tokens) - e.blocks.size();
     if (needed > free_.size())
       detail::raise_input("block pool exhausted: " + detail::to_text(needed) + " blocks needed, " +

@@ -86,12 +86,19 @@ struct budget_config {
   };
   [[nodiscard]] token_watermarks in_tokens(std::size_t page_size, std::uint64_t logical_len) const noexcept {
     const double lo = low.value_or(high);
-    auto floor_tokens = [](double v) { return static_cast<std::uint64_t>(std::floor(v)); };
+    // Saturating: a watermark of 2^64 tokens or more (tokens(1e300), pages(2^60)) never binds. A plain cast is
+    // undefined there and gave 0 with g++, evicting everything (found by tests/fuzz; docs/reliability.md).
+    constexpr std::uint64_t all = std::numeric_limits<std::uint64_t>::max();
+    auto floor_tokens = [](double v) {
+      const double f = std::floor(v);
+      return f < 18446744073709551616.0 ? static_cast<std::uint64_t>(f) : all;
+    };
+    auto times_page = [page_size](std::uint64_t pages) { return pages > all / page_size ? all : pages * page_size; };
     switch (unit) {
       case budget_unit::unlimited: break;
       case budget_unit::tokens: return {floor_tokens(high), floor_tokens(lo)};
       case budget_unit::pages:
-        return {floor_tokens(high) * page_size, floor_tokens(lo) * page_size};
+        return {times_page(floor_tokens(high)), times_page(floor_tokens(lo))};
       case budget_unit::ratio: {
         const double n = static_cast<double>(logical_len);
         return {floor_tokens(high * n), floor_tokens(lo * n)};

@@ -256,6 +256,20 @@ class basic_sequence {
  private:
   static config validated(config cfg) {
     cfg.validate();
+    // A number that is finite as a double but not as Float (alpha = 1e39 with float scores) would make every
+    // score inf * 0 = NaN, and selection undefined (found by tests/fuzz; docs/reliability.md).
+    auto fits = [](const std::string& field, double v) {
+      if (!std::isfinite(static_cast<Float>(v)))
+        detail::raise_config(field + " = " + detail::to_text(v) + " (does not fit the score type: at most " +
+                             detail::to_text(std::numeric_limits<Float>::max()) + ")");
+    };
+    fits("alpha", cfg.alpha);
+    const region_table effective = cfg.effective_regions();
+    for (std::size_t r = 0; r < effective.size(); ++r) {
+      const auto& p = effective[static_cast<region_id>(r)];
+      fits("region '" + p.name + "' base_priority", p.base_priority);
+      fits("region '" + p.name + "' decay_rate", p.decay_rate);
+    }
     return cfg;
   }
   void check_region(region_id r, const char* what, std::size_t k) const {

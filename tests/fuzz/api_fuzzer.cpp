@@ -1,0 +1,859 @@
+// SPDX-License-Identifier: Apache-2.0
+// libFuzzer target: random sequences of public API calls on memdecay::sequence (float, page size chosen at run
+// time) or memdecay::basic_sequence<double, 16>, plus the memdecay::block_pool that mirrors it, run against the
+// scalar model in model.hpp. Aborts on:
+//   * a call whose outcome (ok / config_error / input_error / usage_error) differs from the documented one, or
+//     whose message does not carry its tier's prefix;
+//   * any difference in state after a call (labels, refresh steps, EWMA bits, absolute positions, clock, lengths,
+//     page scores bit for bit, page statuses, the pool's block tables and free count);
+//   * any difference in victims, their scores, `requested` or `pages_over_budget`;
+//   * a broken invariant: a victim that is not evictable, a feasible budget plan that leaves the sequence above
+//     its low watermark, a NaN page score, a rejected call that changes the digest, the generation or the pool,
+//     a select that changes anything, a digest change without a generation change, an inconsistent pool.
+//
+// Input layout (all reads past the end give zero bytes, so every input is valid): a config header, then
+// operations, one opcode byte each followed by its arguments (see run_ops). tests/fuzz/README.md has the details.
+#include <Eigen/Core>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "memdecay/block_pool.hpp"
+#include "memdecay/sequence.hpp"
+#include "model.hpp"
+
+namespace {
+
+using namespace memdecay_fuzz;
+
+// ------------------------------------------------------------------------------------------------------------------
+// Input decoding.
+class reader {
+ public:
+  reader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
+  bool done() const { return pos_ >= size_; }
+  std::uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
+  std::uint16_t u16() { return static_cast<std::uint16_t>(u8() | (u8() << 8)); }
+  std::uint32_t u32() { return static_cast<std::uint32_t>(u16()) | (static_cast<std::uint32_t>(u16()) << 16); }
+  bool flip(unsigned one_in) { return u8() % one_in == 0; }
+  template <class T, std::size_t N>
+  T pick(const T (&values)[N]) {
+    return values[u8() % N];
+  }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+};
+
+constexpr double nan_d = std::numeric_limits<double>::quiet_NaN();
+constexpr double inf_d = std::numeric_limits<double>::infinity();
+
+// The trace of the current input, printed when a check fails.
+std::string g_trace;
+void trace(const std::string& line) {
+  if (g_trace.size() < (1u << 16)) g_trace += line + "\n";
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "memdecay api fuzzer: CHECK FAILED: %s\n--- calls of this input ---\n%s", what.c_str(),
+               g_trace.c_str());
+  std::abort();
+}
+#define FUZZ_CHECK(cond, msg)                                                          \
+  do {                                                                                 \
+    if (!(cond)) fail(std::string(#cond " -- ") + (msg) + " (line " + std::to_string(__LINE__) + ")"); \
+  } while (0)
+
+/// Runs `call`, returns which error tier it raised (and checks the message prefix of that tier).
+template <class Call>
+outcome run_call(Call&& call) {
+  try {
+    call();
+    return outcome::ok;
+  } catch (const memdecay::config_error& e) {
+    FUZZ_CHECK(std::strncmp(e.what(), "invalid config: ", 16) == 0, e.what());
+    return outcome::config_error;
+  } catch (const memdecay::input_error& e) {
+    FUZZ_CHECK(std::strncmp(e.what(), "invalid input: ", 15) == 0, e.what());
+    return outcome::input_error;
+  } catch (const memdecay::usage_error& e) {
+    FUZZ_CHECK(std::strncmp(e.what(), "invalid use: ", 13) == 0, e.what());
+    return outcome::usage_error;
+  } catch (const std::exception& e) {
+    fail(std::string("unexpected exception type: ") + e.what());
+  }
+}
+
+void expect(outcome got, outcome want, const std::string& call) {
+  trace(call + " -> " + name(got));
+  if (got != want) fail(call + ": memdecay says " + name(got) + ", the model says " + name(want));
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// The config header.
+constexpr double k_ln2 = 0.69314718055994530942;
+
+model_config read_config(reader& in, std::size_t fixed_page_size, bool float_scores) {
+  model_config c;
+  c.fixed_page_size = fixed_page_size;
+  c.float_scores = float_scores;
+  const std::uint8_t invalid_ok = in.u8();  // low bits decide how often invalid values are drawn
+  const bool allow_bad = (invalid_ok & 7) == 0;
+  static const double alphas[] = {0.0, 0.25, 1.0, 1.0, 4.0, 1e6, 1e30, 1e39, 1e300};
+  static const double bad_alphas[] = {-1.0, nan_d, inf_d};
+  c.alpha = allow_bad && in.flip(4) ? in.pick(bad_alphas) : in.pick(alphas);
+  static const double betas[] = {0.0, 0.5, 0.9, 0.9, 0.99, 0.999999, 0.1};
+  static const double bad_betas[] = {1.0, -0.1, nan_d, 2.0};
+  c.beta = allow_bad && in.flip(4) ? in.pick(bad_betas) : in.pick(betas);
+  if (in.flip(6)) {
+    static const double half_lives[] = {1.0, 10.0, 1e-300, 1e300, 0.0, -1.0, inf_d, nan_d};
+    c.half_life = half_lives[in.u8() % (allow_bad ? 8 : 4)];
+  }
+  static const double taus[] = {0.0, 0.01, 0.5, 1.0, 2.0, 1e30};
+  static const double bad_taus[] = {-1.0, nan_d, inf_d};
+  c.tau = allow_bad && in.flip(4) ? in.pick(bad_taus) : in.pick(taus);
+  if (fixed_page_size) {
+    c.page_size = allow_bad && in.flip(4) ? 8 : fixed_page_size;
+  } else {
+    static const std::size_t sizes[] = {1, 2, 4, 4, 8, 8, 16, 16, 32};
+    static const std::size_t bad_sizes[] = {0, 3, 12, std::size_t{1} << 21};
+    c.page_size = allow_bad && in.flip(4) ? in.pick(bad_sizes) : in.pick(sizes);
+  }
+  // none and uniform; basic_sequence rejects lifetime and zscore (policy_sequence modes), 0x7F is no mode at all.
+  static const int bad_modes[] = {2, 3, 0x7F};
+  c.normalization = allow_bad && in.flip(8) ? in.pick(bad_modes) : in.u8() % 2;
+  c.sink_pages = in.u8() % 3 == 0 ? in.u8() % 4 : 0;
+  switch (in.u8() % 4) {
+    case 0: c.recent_tokens = 0; break;
+    case 1: c.recent_tokens = in.u8() % 40; break;
+    case 2: c.recent_tokens = c.page_size * (in.u8() % 3); break;
+    default: c.recent_tokens = in.flip(4) ? std::numeric_limits<std::size_t>::max() : 0; break;
+  }
+  const std::uint8_t unit = in.u8() % 4;
+  c.unit = static_cast<model_budget_unit>(unit);
+  switch (c.unit) {
+    case model_budget_unit::unlimited: break;
+    case model_budget_unit::tokens: {
+      static const double highs[] = {0, 1, 15, 16, 32, 48, 64, 100, 128, 256, 1000, 1e20, 1e300, 18446744073709551616.0};
+      static const double bad[] = {1.5, -1.0, nan_d, inf_d};
+      c.high = allow_bad && in.flip(4) ? in.pick(bad) : in.pick(highs);
+      break;
+    }
+    case model_budget_unit::pages: {
+      static const double highs[] = {0, 1, 2, 3, 4, 6, 8, 16, 1152921504606846976.0 /* 2^60 */, 1e300};
+      static const double bad[] = {2.5, -1.0, nan_d};
+      c.high = allow_bad && in.flip(4) ? in.pick(bad) : in.pick(highs);
+      break;
+    }
+    case model_budget_unit::ratio: {
+      static const double highs[] = {0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1e-9};
+      static const double bad[] = {0.0, 1.5, -0.5, nan_d};
+      c.high = allow_bad && in.flip(4) ? in.pick(bad) : in.pick(highs);
+      break;
+    }
+  }
+  if (c.unit != model_budget_unit::unlimited && in.flip(2)) {
+    switch (in.u8() % 5) {
+      case 0: c.low = c.high; break;
+      case 1: c.low = c.unit == model_budget_unit::ratio ? c.high / 2 : std::floor(c.high / 2); break;
+      case 2: c.low = 0.0; break;
+      case 3: c.low = c.unit == model_budget_unit::tokens ? std::max(0.0, c.high - 16) : std::floor(c.high * 0.75); break;
+      default: c.low = allow_bad ? c.high + 1 : c.high; break;
+    }
+  }
+  // Regions: the default seven (as the library documents them), or a table of the fuzzer's own.
+  const std::uint8_t table_kind = in.u8() % 3;
+  if (table_kind != 0) {
+    const char* names[] = {"system", "plan", "user", "tool_in", "tool_out", "retrieval", "scratchpad"};
+    const double bases[] = {1.00, 0.90, 0.80, 0.50, 0.40, 0.60, 0.30};
+    const double half[] = {170.0, 120.0, 80.0, 30.0, 40.0, 100.0, 15.0};
+    for (int i = 0; i < 7; ++i) c.regions.push_back({names[i], bases[i], k_ln2 / half[i], i == 0});
+  } else {
+    const std::size_t n = 1 + in.u8() % 8;
+    static const double bases[] = {0.0, 0.1, 0.5, 1.0, 1.0, 2.0, 1e30, 1e39, 1e300};
+    static const double bad_bases[] = {-1.0, nan_d, inf_d};
+    static const double rates[] = {0.0, 0.001, 0.0462, 0.5, 1.0, 100.0, 1e39, 1e300};
+    static const double bad_rates[] = {-0.5, nan_d, inf_d};
+    for (std::size_t i = 0; i < n; ++i) {
+      model_region r;
+      r.name = "r" + std::to_string(i);
+      if (allow_bad && in.flip(16)) r.name = in.flip(2) ? "" : "r0";
+      r.base = allow_bad && in.flip(8) ? in.pick(bad_bases) : in.pick(bases);
+      r.rate = allow_bad && in.flip(8) ? in.pick(bad_rates) : in.pick(rates);
+      r.pinned = in.flip(5);
+      c.regions.push_back(r);
+    }
+  }
+  const std::size_t n_overrides = in.u8() % 4 == 0 ? 1 + in.u8() % 2 : 0;
+  for (std::size_t k = 0; k < n_overrides; ++k) {
+    static const char* targets[] = {"plan", "system", "user", "r0", "r1", "scratchpad", "nosuch"};
+    model_override o;
+    o.region = targets[in.u8() % (allow_bad ? 7 : 6)];
+    const std::uint8_t fields = in.u8();
+    if (fields & 1) o.pinned = (fields & 2) != 0;
+    if (fields & 4) o.base = (fields & 8) && allow_bad ? -1.0 : 0.05;
+    if (fields & 16) o.rate = 0.2;
+    if (fields & 32) o.half_life = (fields & 64) && allow_bad ? 0.0 : 7.0;
+    c.overrides.push_back(o);
+  }
+  return c;
+}
+
+std::string describe(const model_config& c) {
+  auto num = [](double v) { return memdecay::detail::to_text(v); };
+  std::string s = "config: alpha " + num(c.alpha) + " beta " + num(c.beta) +
+                  (c.half_life ? " half_life " + num(*c.half_life) : std::string()) + " tau " + num(c.tau) +
+                  " page_size " + std::to_string(c.page_size) + " normalization " + std::to_string(c.normalization) +
+                  " sink " + std::to_string(c.sink_pages) + " recent " + std::to_string(c.recent_tokens) + " budget unit " +
+                  std::to_string(static_cast<int>(c.unit)) + " high " + num(c.high) +
+                  (c.low ? " low " + num(*c.low) : std::string()) + "\n  regions:";
+  for (const auto& r : c.regions)
+    s += " [" + r.name + " b " + num(r.base) + " l " + num(r.rate) + (r.pinned ? " pinned" : "") + "]";
+  for (const auto& o : c.overrides)
+    s += "\n  override " + o.region + (o.base ? " b " + num(*o.base) : std::string()) +
+         (o.rate ? " l " + num(*o.rate) : std::string()) + (o.half_life ? " h " + num(*o.half_life) : std::string()) +
+         (o.pinned ? (*o.pinned ? " pin" : " unpin") : std::string());
+  return s;
+}
+
+memdecay::config to_library(const model_config& c) {
+  memdecay::config cfg;
+  cfg.alpha = c.alpha;
+  cfg.ewma_beta = c.beta;
+  cfg.ewma_half_life = c.half_life;
+  cfg.tau = c.tau;
+  cfg.page_size = c.page_size;
+  cfg.normalization = static_cast<memdecay::attention_normalization>(c.normalization);
+  cfg.protection = {.sink_pages = c.sink_pages, .recent_tokens = c.recent_tokens};
+  cfg.budget = {static_cast<memdecay::budget_unit>(c.unit), c.high, c.low};
+  std::vector<memdecay::region_params> params;
+  for (const auto& r : c.regions) params.push_back({r.name, r.base, r.rate, r.pinned});
+  // A table with a bad region is rejected by region_table's own constructor, before the config exists: both are
+  // config_error, so the whole construction is one call for the fuzzer.
+  cfg.regions = memdecay::region_table(std::move(params));
+  for (const auto& o : c.overrides)
+    cfg.region_overrides.push_back(
+        {.region = o.region, .base_priority = o.base, .decay_rate = o.rate, .half_life = o.half_life, .pinned = o.pinned});
+  return cfg;
+}
+
+// ------------------------------------------------------------------------------------------------------------------
+// One run: a sequence type, its model, a pool that mirrors it (sequence id 0) and a few pool-only sequences.
+constexpr std::size_t k_max_tokens = 3000;  // keeps one input fast
+constexpr std::size_t k_max_ops = 400;
+
+template <class Float, std::size_t PageSize>
+class harness {
+ public:
+  using seq_type = memdecay::basic_sequence<Float, PageSize>;
+  using plan_type = typename seq_type::plan_type;
+  using pool_type = memdecay::block_pool<>;
+
+  harness(seq_type& seq, model_sequence<Float>& model, std::size_t pool_blocks)
+      : seq_(seq), m_(model), pool_(pool_blocks, seq.page_size()) {
+    pm_.init(pool_blocks, seq.page_size());
+    pool_.open(0);
+    FUZZ_CHECK(pm_.open(0) == outcome::ok, "pool model open");
+  }
+
+  void run(reader& in) {
+    compare_all("after construction");
+    for (std::size_t op = 0; op < k_max_ops && !in.done(); ++op) {
+      const snapshot before = snap();
+      const std::uint64_t digest = before.digest, generation = before.generation;
+      const std::uint8_t code = in.u8();
+      switch (code % 16) {
+        case 0: case 1: op_append_spans(in); break;
+        case 2: op_append_labels(in); break;
+        case 3: case 4: op_advance(in); break;
+        case 5: case 6: op_observe_tokens(in); break;
+        case 7: op_observe_pages(in); break;
+        case 8: op_observe_heads(in); break;
+        case 9: case 10: op_select_for_budget(in); break;
+        case 11: op_select(in); break;
+        case 12: case 13: op_commit(in); break;
+        case 14: op_pool(in); break;
+        default: op_queries(in); break;
+      }
+      // The full comparison after every call that changed something; a call that left the digest, the generation
+      // and the pool alone left a state that was already compared (the digest covers every field).
+      if (!(snap() == before) || code % 16 == 14 || op % 16 == 0)
+        compare_all("after op " + std::to_string(op));
+      if (seq_.digest() != digest)
+        FUZZ_CHECK(seq_.state().generation() != generation, "the state changed but the generation did not");
+    }
+  }
+
+ private:
+  // --- comparisons ------------------------------------------------------------------------------------------------
+  /// The documented accuracy of the scorer against the scalar formula: 1e-5 * (1 + |ref|) for float, 1e-12 for
+  /// double (simd/score_kernel.hpp, tests/simd_score_kernel_test.cpp).
+  static Float tolerance(Float ref) {
+    const Float rel = std::is_same_v<Float, float> ? Float(1e-5) : Float(1e-12);
+    return rel * (Float{1} + std::fabs(ref));
+  }
+  static bool close(Float got, Float ref) {
+    // A page score sums its tokens before dividing: near the type's maximum the sum overflows to +inf in one
+    // summation order and not in another. Both are fine (the order stays total, ties by page); NaN never is.
+    const Float near_max = std::numeric_limits<Float>::max() / Float(1024);
+    if (std::isinf(got) || std::isinf(ref)) return got == ref || (got > near_max && ref > near_max);
+    return std::fabs(got - ref) <= tolerance(ref);
+  }
+  void compare_all(const std::string& where) {
+    const auto& st = seq_.state();
+    FUZZ_CHECK(st.kv_len() == m_.kv_len(), where);
+    FUZZ_CHECK(st.num_pages() == m_.num_pages(), where);
+    FUZZ_CHECK(st.logical_len() == m_.logical_len, where);
+    FUZZ_CHECK(st.evicted_tokens() == m_.logical_len - m_.kv_len(), where);
+    FUZZ_CHECK(st.evicted_tokens() % seq_.page_size() == 0, where);
+    FUZZ_CHECK(st.now() == m_.now, where);
+    FUZZ_CHECK(st.generation() == m_.generation, where + ": generation " + std::to_string(st.generation()) +
+                                                     " vs model " + std::to_string(m_.generation));
+    for (std::size_t i = 0; i < m_.kv_len(); ++i) {
+      const auto& t = m_.tokens[i];
+      FUZZ_CHECK(st.regions()[i] == t.region, where + ": region of token " + std::to_string(i));
+      FUZZ_CHECK(st.last_refresh()[i] == t.refreshed, where + ": refresh step of token " + std::to_string(i));
+      FUZZ_CHECK(std::memcmp(&st.ewma()[i], &t.ewma, sizeof(Float)) == 0, where + ": EWMA of token " + std::to_string(i));
+      FUZZ_CHECK(st.position_of(i) == t.position, where + ": position of token " + std::to_string(i));
+    }
+    // The prefix-cache boundary: the first original page that is gone.
+    std::optional<std::uint64_t> boundary;
+    if (m_.logical_len != m_.kv_len()) {
+      std::uint64_t p = 0;
+      while (p < m_.num_pages() && m_.tokens[p * m_.P].position == p * m_.P) ++p;
+      boundary = p;
+    }
+    FUZZ_CHECK(seq_.prefix_cache_boundary() == boundary, where + ": prefix_cache_boundary");
+    // Scores within the documented tolerance of the scalar formula (simd/score_kernel.hpp), never NaN.
+    const auto scores = seq_.page_scores();
+    const auto model_scores = m_.page_scores();
+    FUZZ_CHECK(scores.size() == model_scores.size(), where);
+    for (std::size_t p = 0; p < scores.size(); ++p) {
+      FUZZ_CHECK(!std::isnan(scores[p]), where + ": page " + std::to_string(p) + " scores NaN");
+      FUZZ_CHECK(!std::isnan(model_scores[p]), where + ": the model scores page " + std::to_string(p) + " NaN");
+      FUZZ_CHECK(close(scores[p], model_scores[p]), where + ": score of page " + std::to_string(p) + ": " +
+                                                        std::to_string(scores[p]) + " vs model " +
+                                                        std::to_string(model_scores[p]));
+    }
+    compare_statuses(where, {});
+    // The pool's mirror of sequence 0 and the pool-only sequences.
+    FUZZ_CHECK(pool_.consistent(), where + ": block pool inconsistent");
+    FUZZ_CHECK(pool_.free_blocks() == pm_.free.size(), where + ": free blocks");
+    FUZZ_CHECK(pool_.num_sequences() == pm_.seqs.size(), where + ": pool sequences");
+    for (const auto& s : pm_.seqs) {
+      FUZZ_CHECK(pool_.contains(s.id), where);
+      FUZZ_CHECK(pool_.num_tokens(s.id) == s.tokens, where + ": pool tokens of sequence " + std::to_string(s.id));
+      const auto table = pool_.block_table(s.id);
+      FUZZ_CHECK(table.size() == s.blocks.size() && std::equal(table.begin(), table.end(), s.blocks.begin()),
+                 where + ": block table of sequence " + std::to_string(s.id));
+    }
+    FUZZ_CHECK(pool_.num_pages(0) == seq_.num_pages(), where + ": pool and sequence disagree on pages");
+  }
+  void compare_statuses(const std::string& where, const std::vector<std::size_t>& prot) {
+    const auto got = seq_.page_statuses(prot);
+    const auto want = m_.statuses(prot);
+    FUZZ_CHECK(got.size() == want.size(), where);
+    for (std::size_t p = 0; p < got.size(); ++p)
+      FUZZ_CHECK(static_cast<int>(got[p]) == static_cast<int>(want[p]),
+                 where + ": status of page " + std::to_string(p) + ": " + memdecay::to_string(got[p]));
+  }
+  /// The fingerprint of everything a rejected call must leave alone.
+  struct snapshot {
+    std::uint64_t digest, generation;
+    std::size_t pool_free;
+    std::vector<std::int32_t> table0;
+    bool operator==(const snapshot&) const = default;
+  };
+  snapshot snap() const {
+    const auto t = pool_.block_table(0);
+    return {seq_.digest(), seq_.state().generation(), pool_.free_blocks(), {t.begin(), t.end()}};
+  }
+  void check_unchanged_if_rejected(outcome o, const snapshot& before, const std::string& call) {
+    if (o != outcome::ok) FUZZ_CHECK(snap() == before, call + " was rejected but changed the state");
+  }
+
+  // --- value generators -------------------------------------------------------------------------------------------
+  std::uint8_t region(reader& in) {
+    const std::uint8_t b = in.u8();
+    const std::size_t n = m_.regions.size();
+    if (b >= 0xF0) return static_cast<std::uint8_t>(std::min<std::size_t>(255, n + (b & 0x0F)));  // unknown id
+    return static_cast<std::uint8_t>(b % n);
+  }
+  Float mass_value(reader& in, std::size_t n) {
+    const std::uint8_t b = in.u8();
+    const Float lim = std::numeric_limits<Float>::max();
+    switch (b % 40) {
+      case 0: return Float{0};
+      case 1: return -Float{0};
+      case 2: return std::numeric_limits<Float>::quiet_NaN();
+      case 3: return std::numeric_limits<Float>::infinity();
+      case 4: return -std::numeric_limits<Float>::infinity();
+      case 5: return Float{-1};
+      case 6: return -std::numeric_limits<Float>::denorm_min();
+      case 7: return std::numeric_limits<Float>::denorm_min();
+      case 8: return lim;
+      case 9: return lim / Float{2};
+      case 10: return Float{1e30};
+      case 11: return Float{1e6};
+      case 12: return static_cast<Float>(lim / static_cast<Float>(n ? n : 1));  // overflows once normalised?
+      case 13: return Float{1};
+      case 14: return Float{2};
+      case 15: return Float{0.5};
+      default: {  // a plausible share of one attention row: up to ~8x uniform
+        const Float u = static_cast<Float>(in.u8()) / Float{32};
+        return n ? u / static_cast<Float>(n) : u;
+      }
+    }
+  }
+  std::vector<Float> mass_vector(reader& in, std::size_t expected) {
+    std::size_t len = expected;
+    const std::uint8_t shape = in.u8();
+    if (shape % 16 == 0) len = expected + 1;
+    else if (shape % 16 == 1) len = expected ? expected - 1 : 0;
+    else if (shape % 16 == 2) len = 0;
+    const std::uint8_t mode = in.u8();  // 0..3: one value everywhere; otherwise per-entry values with a default
+    std::vector<Float> mass(len);
+    if (mode % 4 == 0) {
+      const Float v = mass_value(in, expected);
+      std::fill(mass.begin(), mass.end(), v);
+    } else {
+      const Float base = mass_value(in, expected);
+      std::fill(mass.begin(), mass.end(), base);
+      const std::size_t edits = in.u8() % 8;
+      for (std::size_t e = 0; e < edits && len; ++e) mass[in.u16() % len] = mass_value(in, expected);
+    }
+    return mass;
+  }
+  std::vector<std::size_t> protected_pages(reader& in) {
+    std::vector<std::size_t> out;
+    const std::size_t n = in.u8() % 4 == 0 ? in.u8() % 5 : 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint8_t b = in.u8();
+      out.push_back(b == 0xFF ? std::numeric_limits<std::size_t>::max() : (m_.num_pages() ? b % (m_.num_pages() + 2) : b));
+    }
+    return out;
+  }
+
+  // --- operations -------------------------------------------------------------------------------------------------
+  /// Appends to the pool first (an engine allocates KV blocks before it labels them), then to the sequence.
+  void append_both(const std::vector<std::pair<std::uint8_t, std::size_t>>& spans, bool as_labels) {
+    std::size_t total = 0;
+    for (const auto& s : spans) total += s.second;
+    const auto before = snap();
+    bool known = true;
+    for (const auto& s : spans) known = known && s.first < m_.regions.size();
+    if (known) {
+      const outcome want_pool = pm_.append(0, total);
+      const outcome got_pool = run_call([&] { pool_.append_tokens(0, total); });
+      expect(got_pool, want_pool, "pool.append_tokens(0, " + std::to_string(total) + ")");
+      check_unchanged_if_rejected(got_pool, before, "pool.append_tokens");
+      if (got_pool != outcome::ok) return;
+    }
+    const outcome want = m_.append(spans);
+    std::string call = as_labels ? "append_tokens(" : "append(";
+    for (const auto& s : spans) call += "{" + std::to_string(int{s.first}) + "," + std::to_string(s.second) + "}";
+    call += ")";
+    outcome got;
+    if (as_labels) {
+      std::vector<memdecay::region_id> labels;
+      for (const auto& s : spans) labels.insert(labels.end(), s.second, s.first);
+      got = run_call([&] { seq_.append_tokens(labels); });
+    } else if (spans.size() == 1 && spans[0].second == 1) {
+      got = run_call([&] { seq_.append(spans[0].first); });
+    } else {
+      std::vector<memdecay::region_span> rs;
+      for (const auto& s : spans) rs.push_back({s.first, s.second});
+      got = run_call([&] { seq_.append(rs); });
+    }
+    expect(got, want, call);
+    check_unchanged_if_rejected(got, before, call);
+  }
+  void op_append_spans(reader& in) {
+    std::vector<std::pair<std::uint8_t, std::size_t>> spans;
+    const std::size_t n = 1 + in.u8() % 4;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::uint8_t r = region(in);
+      std::size_t count = in.u8() % 4 == 0 ? in.u16() % 300 : in.u8() % 40;
+      if (in.flip(32)) count = 0;
+      spans.emplace_back(r, count);
+    }
+    clamp(spans);
+    append_both(spans, false);
+  }
+  void op_append_labels(reader& in) {
+    std::vector<std::pair<std::uint8_t, std::size_t>> spans;
+    const std::size_t n = in.u8() % 24;
+    for (std::size_t k = 0; k < n; ++k) spans.emplace_back(region(in), 1);
+    clamp(spans);
+    append_both(spans, true);
+  }
+  void clamp(std::vector<std::pair<std::uint8_t, std::size_t>>& spans) {
+    std::size_t room = k_max_tokens > m_.kv_len() ? k_max_tokens - m_.kv_len() : 0;
+    for (auto& s : spans) {
+      s.second = std::min(s.second, room);
+      room -= s.second;
+    }
+  }
+  void op_advance(reader& in) {
+    std::uint32_t step = m_.now;
+    const std::uint8_t kind = in.u8();
+    switch (kind % 8) {
+      case 0: step = m_.now - 1 - in.u8() % 8; break;  // backwards (wraps up when now is 0: then it is forwards)
+      case 1: step = m_.now; break;
+      case 2: step = in.u32(); break;
+      case 3: step = std::numeric_limits<std::uint32_t>::max() - in.u8(); break;
+      default: step = m_.now + 1 + in.u8() % 64; if (step < m_.now) step = m_.now; break;
+    }
+    const auto before = snap();
+    const outcome want = m_.advance_to(step);
+    const outcome got = run_call([&] { seq_.advance_to(step); });
+    expect(got, want, "advance_to(" + std::to_string(step) + ")");
+    check_unchanged_if_rejected(got, before, "advance_to");
+  }
+  void op_observe_tokens(reader& in) {
+    const auto mass = mass_vector(in, m_.kv_len());
+    const auto before = snap();
+    std::size_t want_refreshed = 0;  // x = scale * m > tau, with the scale of the state before the call
+    for (Float m : mass) want_refreshed += m_.scale() * m > m_.tau ? 1 : 0;
+    const outcome want = m_.observe_tokens(mass);
+    std::size_t refreshed = 0;
+    const outcome got = run_call([&] { refreshed = seq_.observe_tokens(mass); });
+    expect(got, want, "observe_tokens(" + std::to_string(mass.size()) + " values, first " +
+                          (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
+    check_unchanged_if_rejected(got, before, "observe_tokens");
+    if (got == outcome::ok) FUZZ_CHECK(refreshed == want_refreshed, "observe_tokens: refreshed count");
+  }
+  void op_observe_pages(reader& in) {
+    const auto mass = mass_vector(in, m_.num_pages());
+    const auto before = snap();
+    const outcome want = m_.observe_pages(mass);
+    const outcome got = run_call([&] { (void)seq_.observe_pages(mass); });
+    expect(got, want, "observe_pages(" + std::to_string(mass.size()) + " values, first " +
+                          (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
+    check_unchanged_if_rejected(got, before, "observe_pages");
+  }
+  void op_observe_heads(reader& in) {
+    // One or two heads, so that the reduction's summation order is unambiguous (a, or a + b).
+    const Eigen::Index heads = 1 + in.u8() % 2;
+    std::size_t cols = m_.kv_len();
+    if (in.flip(8)) cols = cols + 1;
+    const bool mean = in.flip(2);
+    Eigen::Matrix<Float, Eigen::Dynamic, Eigen::Dynamic> mat(heads, static_cast<Eigen::Index>(cols));
+    for (Eigen::Index h = 0; h < heads; ++h) {
+      const auto row = mass_vector(in, cols);
+      for (std::size_t c = 0; c < cols; ++c) mat(h, static_cast<Eigen::Index>(c)) = c < row.size() ? row[c] : Float{0};
+    }
+    std::vector<Float> reduced(cols);
+    for (std::size_t c = 0; c < cols; ++c) {
+      Float s = mat(0, static_cast<Eigen::Index>(c));
+      if (heads == 2) s = s + mat(1, static_cast<Eigen::Index>(c));
+      reduced[c] = mean ? s / static_cast<Float>(heads) : s;
+    }
+    const auto before = snap();
+    const outcome want = m_.observe_tokens(reduced);
+    const outcome got = run_call([&] {
+      (void)seq_.observe_heads(mat, mean ? memdecay::head_reduction::mean : memdecay::head_reduction::sum);
+    });
+    expect(got, want, "observe_heads(" + std::to_string(heads) + "x" + std::to_string(cols) + ")");
+    check_unchanged_if_rejected(got, before, "observe_heads");
+  }
+
+  /// Checks a plan: exactly the model's selection rule applied to the library's page scores, and consistent with
+  /// the model's own scores up to the scorer's tolerance (no victim clearly above a spared eligible page).
+  void compare_plan(const plan_type& plan, std::size_t k, const std::vector<std::size_t>& prot, const std::string& call) {
+    trace(call + " -> " + std::to_string(plan.pages.size()) + " victims");
+    const auto lib_scores = seq_.page_scores();
+    const auto want = m_.select_with(lib_scores, k, prot);
+    FUZZ_CHECK(plan.pages == want.pages, call + ": victims differ from the model's selection on the same scores");
+    FUZZ_CHECK(plan.scores.size() == want.scores.size(), call + ": victim score count");
+    for (std::size_t j = 0; j < want.scores.size(); ++j)
+      FUZZ_CHECK(std::memcmp(&plan.scores[j], &want.scores[j], sizeof(Float)) == 0, call + ": victim scores");
+    FUZZ_CHECK(plan.requested == want.requested, call + ": requested");
+    FUZZ_CHECK(plan.pages_over_budget == want.over_budget, call + ": pages_over_budget");
+    FUZZ_CHECK(plan.page_size == seq_.page_size(), call);
+    FUZZ_CHECK(plan.generation == seq_.state().generation(), call);
+    const auto status = seq_.page_statuses(prot);
+    for (std::size_t p : plan.pages)
+      FUZZ_CHECK(status[p] == memdecay::page_status::evictable,
+                 call + ": victim " + std::to_string(p) + " is " + memdecay::to_string(status[p]));
+    compare_statuses(call, prot);
+    // Against the model's own scores: same count, and no spared eligible page clearly below a victim. s - tol(s)
+    // and s + tol(s) both grow with s, so comparing the highest victim with the lowest spared page is enough.
+    const auto model_scores = m_.page_scores();
+    const auto own = m_.select_with(model_scores, k, prot);
+    FUZZ_CHECK(own.pages.size() == plan.pages.size(), call + ": victim count differs from the model's");
+    const auto mstatus = m_.statuses(prot);
+    std::optional<std::size_t> highest_victim, lowest_spared;
+    for (std::size_t p = 0; p < model_scores.size(); ++p) {
+      if (mstatus[p] != model_status::evictable) continue;
+      auto& slot = std::binary_search(plan.pages.begin(), plan.pages.end(), p) ? highest_victim : lowest_spared;
+      const bool victim = &slot == &highest_victim;
+      if (!slot || (victim ? model_scores[p] > model_scores[*slot] : model_scores[p] < model_scores[*slot])) slot = p;
+    }
+    if (highest_victim && lowest_spared) {
+      const Float v = model_scores[*highest_victim], u = model_scores[*lowest_spared];
+      FUZZ_CHECK(!(u + tolerance(u) < v - tolerance(v)),
+                 call + ": page " + std::to_string(*lowest_spared) + " (model score " + std::to_string(u) +
+                     ") was spared, victim " + std::to_string(*highest_victim) + " scores " + std::to_string(v));
+    }
+  }
+
+  void op_select(reader& in) {
+    static const std::size_t ks[] = {0, 1, 2, 3, 5, 8, 1000, std::numeric_limits<std::size_t>::max()};
+    const std::size_t k = in.pick(ks);
+    const auto prot = protected_pages(in);
+    const auto before = snap();
+    plan_type plan;
+    const outcome got = run_call([&] { plan = seq_.select(k, prot); });
+    expect(got, outcome::ok, "select(" + std::to_string(k) + ")");
+    FUZZ_CHECK(snap() == before, "select changed the state");
+    compare_plan(plan, k, prot, "select");
+    remember(plan);
+  }
+  void op_select_for_budget(reader& in) {
+    const auto prot = protected_pages(in);
+    const auto before = snap();
+    plan_type plan;
+    const outcome got = run_call([&] { plan = seq_.select_for_budget(prot); });
+    expect(got, outcome::ok, "select_for_budget()");
+    FUZZ_CHECK(snap() == before, "select_for_budget changed the state");
+    const std::size_t k = m_.budget_request();
+    compare_plan(plan, k, prot, "select_for_budget");
+    // Budget held when feasible: with enough evictable pages the plan reaches the low watermark.
+    const auto want = m_.select_with(m_.page_scores(), k, prot);
+    const auto [high, low] = m_.watermarks();
+    if (want.eligible >= want.requested) {
+      const std::uint64_t after = m_.kv_len() - plan.pages.size() * m_.P;
+      FUZZ_CHECK(m_.kv_len() <= high || after <= low, "a feasible budget plan leaves the sequence above low");
+      FUZZ_CHECK(plan.pages_over_budget == 0, "a feasible budget plan reports pages over budget");
+    }
+    remember(plan);
+    // Usually commit it right away, as an engine does.
+    if (in.u8() % 4 != 0) commit(plan, in.u8() % 3 == 0 ? commit_path::no_table : commit_path::pool, "commit(budget)");
+  }
+  void remember(const plan_type& plan) {
+    older_ = last_;
+    last_ = plan;
+  }
+
+  enum class commit_path { pool, no_table, wrong_page_size, extra_tokens, fewer_tokens, not_open };
+  void commit(const plan_type& plan, commit_path path, const std::string& call) {
+    const auto before = snap();
+    outcome want = m_.check_plan(plan.generation, plan.page_size, plan.pages);
+    outcome got = outcome::ok;
+    switch (path) {
+      case commit_path::pool:
+        if (want == outcome::ok) want = pm_.remove(0, plan.pages);
+        got = run_call([&] { seq_.commit(plan, pool_, 0); });
+        break;
+      case commit_path::no_table:
+        got = run_call([&] { seq_.commit(plan); });
+        if (got == outcome::ok) {  // the engine removes the same pages from its table
+          FUZZ_CHECK(pm_.remove(0, plan.pages) == outcome::ok, "pool model remove");
+          pool_.remove_pages(0, plan.pages);
+        }
+        break;
+      default: {
+        // A second table that disagrees with the sequence in one way. The sequence must reject or apply the
+        // plan exactly as the documentation says; the main pool then follows an accepted plan.
+        const std::size_t P = m_.P;
+        const std::size_t ps = path == commit_path::wrong_page_size ? P * 2 : P;
+        std::size_t tokens = m_.kv_len();
+        if (path == commit_path::extra_tokens) tokens += 1 + (P > 1 ? (P - 1) / 2 : 0);
+        if (path == commit_path::fewer_tokens) tokens = tokens ? tokens - 1 : 0;
+        pool_type other((tokens + ps - 1) / ps + 1, ps);
+        if (path != commit_path::not_open) {
+          other.open(0);
+          other.append_tokens(0, tokens);
+        }
+        if (want == outcome::ok) {
+          const std::size_t other_pages = (tokens + ps - 1) / ps;
+          if (path == commit_path::not_open || ps != P || other_pages != m_.num_pages()) {
+            want = outcome::usage_error;
+          } else {
+            for (std::size_t p : plan.pages)
+              if ((p + 1) * P > tokens) want = outcome::usage_error;
+          }
+        }
+        got = run_call([&] { seq_.commit(plan, other, 0); });
+        if (got == outcome::ok) {
+          FUZZ_CHECK(other.num_pages(0) == m_.num_pages() - plan.pages.size(), call + ": other table not updated");
+          FUZZ_CHECK(pm_.remove(0, plan.pages) == outcome::ok, "pool model remove");
+          pool_.remove_pages(0, plan.pages);
+        }
+        break;
+      }
+    }
+    expect(got, want, call + " path " + std::to_string(static_cast<int>(path)) + " of " +
+                          std::to_string(plan.pages.size()) + " pages at generation " + std::to_string(plan.generation));
+    check_unchanged_if_rejected(got, before, call);
+    if (got == outcome::ok) m_.remove(plan.pages);
+  }
+  void op_commit(reader& in) {
+    if (!last_) {
+      plan_type empty;
+      empty.page_size = m_.P;
+      empty.generation = in.flip(2) ? m_.generation : m_.generation + 1;
+      commit(empty, commit_path::pool, "commit(empty forged)");
+      return;
+    }
+    plan_type plan = in.flip(4) && older_ ? *older_ : *last_;
+    const std::uint8_t forge = in.u8();
+    switch (forge % 12) {
+      case 0: case 1: case 2: break;                                   // as selected (maybe stale)
+      case 3: plan.generation = m_.generation; break;                   // refreshed generation: content decides
+      case 4: plan.generation += 1; break;
+      case 5: plan.page_size *= 2; break;
+      case 6: if (!plan.pages.empty()) plan.pages.push_back(plan.pages.back()); break;  // duplicate
+      case 7: std::reverse(plan.pages.begin(), plan.pages.end()); break;
+      case 8: plan.pages.push_back(m_.num_pages()); break;             // out of range
+      case 9: plan.pages.push_back(m_.num_pages() ? m_.num_pages() - 1 : 0); break;  // maybe partial / recent
+      default: {  // forged content at the current generation: random ascending pages, pinned and protected ones too
+        plan.generation = m_.generation;
+        plan.pages.clear();
+        const std::size_t n = in.u8() % 4;
+        for (std::size_t k = 0; k < n && m_.num_pages(); ++k) plan.pages.push_back(in.u8() % m_.num_pages());
+        std::sort(plan.pages.begin(), plan.pages.end());
+        if (in.flip(2)) plan.pages.erase(std::unique(plan.pages.begin(), plan.pages.end()), plan.pages.end());
+        break;
+      }
+    }
+    static const commit_path paths[] = {commit_path::pool,         commit_path::pool,         commit_path::no_table,
+                                        commit_path::wrong_page_size, commit_path::extra_tokens, commit_path::fewer_tokens,
+                                        commit_path::not_open};
+    commit(plan, in.pick(paths), "commit(forge " + std::to_string(forge % 12) + ")");
+  }
+
+  /// Pool-only sequences 1..3: opens, closes, appends (including impossible sizes) and bad removals.
+  void op_pool(reader& in) {
+    const std::uint64_t id = 1 + in.u8() % 3;
+    const auto before = snap();
+    const std::uint8_t what = in.u8() % 6;
+    outcome want = outcome::ok, got = outcome::ok;
+    std::string call;
+    switch (what) {
+      case 0:
+        want = pm_.open(id);
+        got = run_call([&] { pool_.open(id); });
+        call = "pool.open(" + std::to_string(id) + ")";
+        break;
+      case 1:
+        want = pm_.close(id);
+        got = run_call([&] { pool_.close(id); });
+        call = "pool.close(" + std::to_string(id) + ")";
+        break;
+      case 2: case 3: {
+        static const std::size_t sizes[] = {0, 1, 5, 16, 17, 64, 200, 100000,
+                                            std::numeric_limits<std::size_t>::max(),
+                                            std::numeric_limits<std::size_t>::max() - 3};
+        const std::size_t n = in.pick(sizes);
+        want = pm_.append(id, n);
+        got = run_call([&] { pool_.append_tokens(id, n); });
+        call = "pool.append_tokens(" + std::to_string(id) + ", " + std::to_string(n) + ")";
+        break;
+      }
+      case 4: {
+        std::vector<std::size_t> pages;
+        const std::size_t n = in.u8() % 4;
+        for (std::size_t k = 0; k < n; ++k) pages.push_back(in.u8() % 8);
+        want = pm_.remove(id, pages);
+        got = run_call([&] { (void)pool_.remove_pages(id, pages); });
+        call = "pool.remove_pages(" + std::to_string(id) + ", " + std::to_string(n) + " pages)";
+        break;
+      }
+      default: {
+        const std::size_t index = in.u8() % 8;
+        const auto* s = pm_.find(id);
+        want = !s || index >= s->blocks.size() ? outcome::usage_error : outcome::ok;
+        std::int32_t block = -1;
+        got = run_call([&] { block = pool_.page_at(id, index); });
+        if (got == outcome::ok && want == outcome::ok) FUZZ_CHECK(block == s->blocks[index], "page_at");
+        call = "pool.page_at(" + std::to_string(id) + ", " + std::to_string(index) + ")";
+        break;
+      }
+    }
+    expect(got, want, call);
+    if (got != outcome::ok) {
+      FUZZ_CHECK(snap() == before, call + " was rejected but changed the pool");
+    } else {
+      FUZZ_CHECK(seq_.digest() == before.digest, call + " changed the sequence");
+    }
+  }
+
+  /// Read-only calls with bad arguments.
+  void op_queries(reader& in) {
+    const auto before = snap();
+    const std::size_t page = in.u8() % (m_.num_pages() + 2);
+    const outcome want = page < m_.num_pages() ? outcome::ok : outcome::input_error;
+    memdecay::page_explanation<Float> e{};
+    const outcome got = run_call([&] { e = seq_.explain_page(page); });
+    expect(got, want, "explain_page(" + std::to_string(page) + ")");
+    if (got == outcome::ok) {
+      const auto statuses = m_.statuses({});
+      FUZZ_CHECK(static_cast<int>(e.status) == static_cast<int>(statuses[page]), "explain_page status");
+      FUZZ_CHECK(e.tokens == m_.page_count(page), "explain_page tokens");
+      FUZZ_CHECK(e.first_position == m_.tokens[page * m_.P].position, "explain_page position");
+    }
+    std::vector<Float> out(m_.num_pages() + (in.flip(2) ? 1 : 0));
+    const outcome got2 = run_call([&] { seq_.page_scores(std::span<Float>(out)); });
+    expect(got2, out.size() == m_.num_pages() ? outcome::ok : outcome::input_error, "page_scores(out)");
+    FUZZ_CHECK(snap() == before, "a const call changed the state");
+  }
+
+  seq_type& seq_;
+  model_sequence<Float>& m_;
+  pool_type pool_;
+  model_pool pm_;
+  std::optional<plan_type> last_, older_;
+};
+
+template <class Float, std::size_t PageSize>
+void run_sequence(reader& in) {
+  const model_config mc = read_config(in, PageSize, std::is_same_v<Float, float>);
+  trace(describe(mc));
+  std::vector<model_region> effective;
+  const bool valid = model_config_valid(mc, effective);
+  std::optional<memdecay::basic_sequence<Float, PageSize>> seq;
+  const outcome got = run_call([&] { seq.emplace(to_library(mc)); });
+  expect(got, valid ? outcome::ok : outcome::config_error, "construct sequence");
+  if (!seq) return;
+  model_sequence<Float> model;
+  model.init(mc, effective);
+  static const std::size_t pool_sizes[] = {4, 16, 64, 1024};  // small pools run out: exhaustion is a path too
+  const std::size_t pool_blocks = pool_sizes[in.u8() % 4];
+  harness<Float, PageSize> h(*seq, model, pool_blocks);
+  h.run(in);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  g_trace.clear();
+  reader in(data, size);
+  // Bad block_pool geometry first: always config_error.
+  const std::uint8_t selector = in.u8();
+  if (selector == 0xFF) {
+    const std::size_t ps = in.u8();
+    const bool valid = ps != 0 && (ps & (ps - 1)) == 0;
+    const outcome got = run_call([&] { memdecay::block_pool<> p(8, ps); });
+    expect(got, valid ? outcome::ok : outcome::config_error, "block_pool(8, " + std::to_string(ps) + ")");
+    return 0;
+  }
+  if (selector % 4 == 3) run_sequence<double, 16>(in);
+  else run_sequence<float, memdecay::dynamic_page_size>(in);
+  static const bool print_trace = std::getenv("MEMDECAY_FUZZ_TRACE") != nullptr;  // to see what an input does
+  if (print_trace) std::fprintf(stderr, "%s", g_trace.c_str());
+  return 0;
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// Regression tests for the bugs the API fuzzer found (docs/reliability.md, "Found by fuzzing"). The inputs that
+// found them are in corpus/api (regression_*) and replay in every build; these tests state each bug directly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "memdecay/block_pool.hpp"
+#include "memdecay/sequence.hpp"
+
+namespace md = memdecay;
+
+namespace {
+
+template <class Error, class Call>
+std::string message_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+md::config user_only(md::budget_config budget) {
+  return md::config{.page_size = 16, .budget = budget};
+}
+
+}  // namespace
+
+// alpha = 1e39 is a finite double, so config::validate() accepted it; as a float it is inf, and inf * 0 (the EWMA
+// of every token never attended) made every page score NaN, so selection compared NaNs.
+TEST(FuzzRegression, ConfigNumbersThatOverflowFloatScoresAreRejected) {
+  md::config cfg;
+  cfg.alpha = 1e39;
+  EXPECT_EQ(message_of<md::config_error>([&] { md::sequence seq(cfg); }),
+            "invalid config: alpha = 1e+39 (does not fit the score type: at most 3.40282347e+38)");
+  EXPECT_NO_THROW((md::basic_sequence<double, 16>(cfg)));  // double scores hold it
+
+  md::config region_cfg;
+  region_cfg.region_overrides = {{.region = "user", .decay_rate = 1e300}};
+  EXPECT_NE(message_of<md::config_error>([&] { md::sequence seq(region_cfg); }).find("region 'user' decay_rate"),
+            std::string::npos);
+  region_cfg.region_overrides = {{.region = "plan", .base_priority = 1e39}};
+  EXPECT_NE(message_of<md::config_error>([&] { md::sequence seq(region_cfg); }).find("region 'plan' base_priority"),
+            std::string::npos);
+
+  cfg.alpha = 3e38;  // the largest values that fit still work, and score without NaN
+  md::sequence seq(cfg);
+  seq.append(md::regions::user, 32);
+  for (float s : seq.page_scores()) EXPECT_FALSE(std::isnan(s));
+}
+
+// A token or page budget of 2^64 tokens or more (tokens(1e300), pages(2^60) with 16-token pages) is valid and can
+// never bind. The watermark was a float-to-integer cast out of range (undefined; 0 with g++), or a product that
+// wrapped, so such a budget evicted every evictable page.
+TEST(FuzzRegression, HugeBudgetsNeverBind) {
+  for (const auto budget : {md::budget_config::tokens(1e300), md::budget_config::tokens(18446744073709551616.0),
+                            md::budget_config::pages(1152921504606846976.0), md::budget_config::pages(1e300)}) {
+    const auto marks = budget.in_tokens(16, 1000);
+    EXPECT_EQ(marks.high, std::numeric_limits<std::uint64_t>::max());
+    EXPECT_EQ(marks.low, std::numeric_limits<std::uint64_t>::max());
+    md::sequence seq(user_only(budget));
+    seq.append(md::regions::user, 64);
+    seq.advance_to(100);
+    EXPECT_TRUE(seq.select_for_budget().empty());
+    EXPECT_EQ(seq.select_for_budget().pages_over_budget, 0u);
+  }
+  // Just below 2^64 the watermark is exact.
+  EXPECT_EQ(md::budget_config::tokens(9007199254740992.0).in_tokens(16, 0).high, 9007199254740992ULL);
+  EXPECT_EQ(md::budget_config::pages(4).in_tokens(16, 0).high, 64u);
+}
+
+// append_tokens(seq, n) with n close to SIZE_MAX wrapped tokens + n (and pages_for's + page_size - 1) to a small
+// number: the call was accepted without allocating, and the sequence's token count went wrong.
+TEST(FuzzRegression, BlockPoolAppendThatOverflowsIsRejectedChangingNothing) {
+  md::block_pool<> pool(8, 16);
+  pool.open(1);
+  pool.append_tokens(1, 18);
+  const std::size_t max = std::numeric_limits<std::size_t>::max();
+  for (std::size_t n : {max, max - 3, max - 17, max - 18 - 14}) {
+    EXPECT_NE(message_of<md::input_error>([&] { pool.append_tokens(1, n); }).find("invalid input: block pool exhausted"),
+              std::string::npos)
+        << n;
+    EXPECT_EQ(pool.num_tokens(1), 18u);
+    EXPECT_EQ(pool.num_pages(1), 2u);
+    EXPECT_EQ(pool.free_blocks(), 6u);
+    EXPECT_TRUE(pool.consistent());
+  }
+  pool.open(2);
+  EXPECT_THROW(pool.append_tokens(2, max - 3), md::input_error);
+  EXPECT_EQ(pool.num_tokens(2), 0u);
+  pool.append_tokens(1, 14);  // ordinary appends still work
+  EXPECT_EQ(pool.num_tokens(1), 32u);
+}
