@@ -321,8 +321,6 @@ inline episode generate_episode(const generator_config& c, std::uint64_t seed, s
   std::size_t next_op = 0;
   std::vector<std::vector<std::size_t>> queries(last_step + 1);
   for (std::size_t f = 0; f < planted.size(); ++f) queries[planted[f].query.step].push_back(f);
-  double region_weight_total = 0;
-  for (const auto& a : c.attention) region_weight_total += a.rereference_weight;
   const double ln2 = std::numbers::ln2;
 
   for (step_t t = 0; t <= last_step; ++t) {
