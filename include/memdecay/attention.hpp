@@ -15,6 +15,7 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <ranges>
 #include <span>
 #include <string>
@@ -45,10 +46,53 @@ void validate_mass(std::span<const Float> mass, std::size_t expected, const char
   }
 }
 
-/// The factor that turns a raw mass into the normalised x_i for a sequence of `resident` tokens.
+/// The factor that turns a raw mass into the normalised x_i for a sequence of `resident` tokens (`zscore` is not
+/// a scale: see zscore_normalize).
 template <std::floating_point Float>
 [[nodiscard]] constexpr Float normalization_scale(attention_normalization mode, std::size_t resident) noexcept {
-  return mode == attention_normalization::uniform ? static_cast<Float>(resident) : Float{1};
+  return mode == attention_normalization::uniform || mode == attention_normalization::lifetime
+             ? static_cast<Float>(resident)
+             : Float{1};
+}
+
+/// The mean and population standard deviation of one observation (two passes, in double).
+struct mass_moments {
+  double mean = 0;
+  double stddev = 0;
+};
+template <std::floating_point Float>
+[[nodiscard]] mass_moments moments_of(std::span<const Float> mass) noexcept {
+  const std::size_t n = mass.size();
+  if (n == 0) return {};
+  double mean = 0, var = 0;
+  for (Float m : mass) mean += static_cast<double>(m);
+  mean /= static_cast<double>(n);
+  for (Float m : mass) var += (static_cast<double>(m) - mean) * (static_cast<double>(m) - mean);
+  return {mean, std::sqrt(var / static_cast<double>(n))};
+}
+/// `zscore` normalisation of one mass: (m - mean) / std, or 0 when std = 0. For the moments of the observation
+/// the mass belongs to, |result| <= sqrt(n), so it is always finite.
+template <std::floating_point Float>
+[[nodiscard]] inline Float zscore_of(Float m, const mass_moments& mo) noexcept {
+  return mo.stddev > 0 ? static_cast<Float>((static_cast<double>(m) - mo.mean) / mo.stddev) : Float{0};
+}
+/// `zscore` normalisation of a whole observation into `out` (same length; may alias `mass`).
+template <std::floating_point Float>
+void zscore_normalize(std::span<const Float> mass, std::span<Float> out) noexcept {
+  const auto mo = moments_of(mass);
+  for (std::size_t i = 0; i < mass.size(); ++i) out[i] = zscore_of(mass[i], mo);
+}
+
+/// `lifetime` normalisation of an EWMA: a / (1 - beta^k), where k is the number of observations since the token
+/// was appended. 1 - beta^k is the total weight the EWMA gave to observations the token was resident for, so the
+/// result is the weighted mean of its normalised attention over its lifetime in the cache; bounded by the
+/// largest x it saw. Zero when k = 0 (never observed: the EWMA is still 0).
+template <std::floating_point Float>
+[[nodiscard]] inline Float lifetime_normalize(Float ewma, Float beta, std::uint64_t observations) noexcept {
+  if (observations == 0) return Float{0};
+  const double weight = std::pow(static_cast<double>(beta), static_cast<double>(observations));
+  const Float seen = Float{1} - static_cast<Float>(weight);
+  return seen > Float{0} ? ewma / seen : ewma;
 }
 
 /// Reduces a heads x tokens matrix to one mass per token (column sums, or means over the rows).

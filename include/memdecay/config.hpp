@@ -36,12 +36,25 @@ enum class attention_normalization : std::uint8_t {
   /// x_i = m_i * n, n = resident tokens: 1.0 means "as much as uniform attention". Makes alpha and tau
   /// independent of context length (the fix the paper's authors name).
   uniform,
+  /// x_i = m_i * n as in `uniform`, and the attention term uses the EWMA divided by the weight it has gathered
+  /// over the token's lifetime in the cache: a_i / (1 - beta^k_i), k_i = observations since the token was
+  /// appended (0 while k_i = 0). The divisor lies in [1 - beta, 1], so the term is bounded by the largest x_i
+  /// seen. An exponentially weighted OpenVINO NORM_SUM: a token that arrived two observations ago is not
+  /// ranked as if it had been ignored for the other 1/(1-beta). Helps when tool outputs arrive in bursts and
+  /// must compete with older tokens right away. MemDecay policy only (memdecay::policies::memdecay).
+  lifetime,
+  /// x_i = (m_i - mean(m)) / std(m) over the resident tokens of one observation (0 for all when std = 0), so
+  /// tau counts standard deviations above the mean (TriAttention's normalize_scores). Scale-free: the same tau
+  /// works for peaky and flat heads and at any context length. The EWMA may go negative. MemDecay policy only.
+  zscore,
 };
 
 [[nodiscard]] inline const char* to_string(attention_normalization mode) noexcept {
   switch (mode) {
     case attention_normalization::none: return "none";
     case attention_normalization::uniform: return "uniform";
+    case attention_normalization::lifetime: return "lifetime";
+    case attention_normalization::zscore: return "zscore";
   }
   return "?";
 }
@@ -132,7 +145,8 @@ struct config {
   /// If set, overrides ewma_beta with the half-life in observations: beta = 2^(-1 / half_life).
   std::optional<double> ewma_half_life{};
   /// Refresh threshold, in the units of the normalised mass x_i: a token with x_i > tau has its decay clock reset.
-  /// (none: a raw share of the attention; uniform: a multiple of uniform attention.)
+  /// (none: a raw share of the attention; uniform, lifetime: a multiple of uniform attention; zscore: standard
+  /// deviations above the observation's mean.)
   double tau = 0.01;
   /// Tokens per page: a power of two (16 matches vLLM's and SGLang's defaults).
   std::size_t page_size = 16;
@@ -163,7 +177,7 @@ struct config {
     if (!std::isfinite(tau) || tau < 0.0) bad("tau", tau, "must be finite and >= 0");
     if (page_size == 0 || !std::has_single_bit(page_size) || page_size > (std::size_t{1} << 20))
       bad("page_size", static_cast<double>(page_size), "must be a power of two in [1, 2^20]");
-    if (normalization != attention_normalization::none && normalization != attention_normalization::uniform)
+    if (normalization > attention_normalization::zscore)
       bad("normalization", static_cast<double>(normalization), "unknown mode");
     budget.validate();
     regions.validate();

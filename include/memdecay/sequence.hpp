@@ -29,6 +29,7 @@
 #include "memdecay/attention.hpp"
 #include "memdecay/config.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/sequence_rules.hpp"
 #include "memdecay/eviction.hpp"
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/page_table.hpp"
@@ -103,12 +104,12 @@ class basic_sequence {
   }
   /// Appends run-length spans. input_error (appending nothing) if any span names an unknown region.
   void append(std::span<const region_span> spans) {
-    for (std::size_t k = 0; k < spans.size(); ++k) check_region(spans[k].region, "span", k);
+    detail::check_region_spans(regions_, spans);
     state_.append(spans);
   }
   /// Appends one token per label. input_error (appending nothing) if any label is an unknown region.
   void append_tokens(std::span<const region_id> labels) {
-    for (std::size_t k = 0; k < labels.size(); ++k) check_region(labels[k], "label", k);
+    detail::check_region_labels(regions_, labels);
     state_.append(labels);
   }
 
@@ -127,12 +128,7 @@ class basic_sequence {
   /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
   std::size_t observe_pages(std::span<const Float> page_mass) {
     validate_mass(page_mass, num_pages(), "per-page attention");
-    std::vector<Float> per_token(kv_len());
-    for (std::size_t p = 0; p < num_pages(); ++p) {
-      const std::size_t n = state_.tokens_in_page(p);
-      std::fill_n(per_token.begin() + static_cast<std::ptrdiff_t>(p * page_size()), n,
-                  page_mass[p] / static_cast<Float>(n));
-    }
+    const auto per_token = detail::spread_page_mass(state_, page_mass);
     check_normalised_finite(per_token);
     return apply(per_token);
   }
@@ -210,7 +206,8 @@ class basic_sequence {
     plan.generation = state_.generation();
     plan.pages = simd::select_lowest_pages_fast<Float>(scores, status, k);  // == select_lowest_pages
     for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
-    plan.pages_over_budget = pages_over_high(kv_len() - plan.tokens());
+    plan.pages_over_budget =
+        detail::pages_over_high(config_.budget, page_size(), logical_len(), kv_len() - plan.tokens());
     return plan;
   }
   /// What the budget asks for: nothing while the resident size is within the high watermark; otherwise enough of
@@ -218,10 +215,8 @@ class basic_sequence {
   /// the budget, the plan evicts what it may and pages_over_budget says by how much the high watermark is still
   /// exceeded.
   [[nodiscard]] plan_type select_for_budget(std::span<const std::size_t> caller_protected = {}) const {
-    const auto marks = config_.budget.in_tokens(page_size(), logical_len());
-    if (kv_len() <= marks.high) return select(0, caller_protected);
-    const std::uint64_t excess = kv_len() - marks.low;
-    return select(static_cast<std::size_t>((excess + page_size() - 1) / page_size()), caller_protected);
+    return select(detail::pages_wanted_by_budget(config_.budget, page_size(), logical_len(), kv_len()),
+                  caller_protected);
   }
 
   // --- commit (phase 2) ----------------------------------------------------------------------------------------
@@ -237,12 +232,7 @@ class basic_sequence {
   template <page_table Table>
   auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
     check_plan(plan);
-    if (static_cast<std::size_t>(table.page_size()) != page_size())
-      detail::raise_usage("page table has page size " + detail::to_text(table.page_size()) + ", sequence has " +
-                          detail::to_text(page_size()));
-    if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages())
-      detail::raise_usage("page table holds " + detail::to_text(table.num_pages(seq)) +
-                          " pages for this sequence, the sequence has " + detail::to_text(num_pages()));
+    detail::check_page_table(table, seq, page_size(), num_pages());
     if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
       table.remove_pages(seq, plan.pages);  // may throw: the state is untouched so far
       state_.remove_pages(plan.pages);      // cannot fail: check_plan validated the same indices
@@ -256,42 +246,29 @@ class basic_sequence {
  private:
   static config validated(config cfg) {
     cfg.validate();
+    if (cfg.normalization != attention_normalization::none && cfg.normalization != attention_normalization::uniform)
+      detail::raise_config(std::string("normalization = ") + to_string(cfg.normalization) +
+                           " (basic_sequence supports none and uniform; lifetime and zscore run in "
+                           "policy_sequence<policies::memdecay>, policy_sequence.hpp)");
     // A number that is finite as a double but not as Float (alpha = 1e39 with float scores) would make every
     // score inf * 0 = NaN, and selection undefined (found by tests/fuzz; docs/reliability.md).
-    auto fits = [](const std::string& field, double v) {
-      if (!std::isfinite(static_cast<Float>(v)))
-        detail::raise_config(field + " = " + detail::to_text(v) + " (does not fit the score type: at most " +
-                             detail::to_text(std::numeric_limits<Float>::max()) + ")");
-    };
-    fits("alpha", cfg.alpha);
-    const region_table effective = cfg.effective_regions();
-    for (std::size_t r = 0; r < effective.size(); ++r) {
-      const auto& p = effective[static_cast<region_id>(r)];
-      fits("region '" + p.name + "' base_priority", p.base_priority);
-      fits("region '" + p.name + "' decay_rate", p.decay_rate);
-    }
+    detail::check_fits_score_type<Float>(cfg);
     return cfg;
   }
-  void check_region(region_id r, const char* what, std::size_t k) const {
-    if (!regions_.contains(r))
-      detail::raise_input(std::string(what) + " " + detail::to_text(k) + ": unknown region id " +
-                          detail::to_text(int{r}) + " (table has " + detail::to_text(regions_.size()) + " regions)");
-  }
   void check_normalised_finite(std::span<const Float> mass) const {
-    const Float scale = normalization_scale<Float>(config_.normalization, kv_len());
-    for (std::size_t i = 0; i < mass.size(); ++i)
-      if (!std::isfinite(scale * mass[i]))
-        detail::raise_input("attention[" + detail::to_text(i) + "] = " + detail::to_text(mass[i]) +
-                            " overflows once normalised");
+    detail::check_scaled_finite(mass, normalization_scale<Float>(config_.normalization, kv_len()));
   }
-  // The observation is the fused SIMD pass (simd/score_kernel.hpp): it updates the EWMA and clocks exactly as
-  // observe_tokens_reference does and leaves the page scores of the new state in scores_, which page_scores()
-  // and select() reuse until the next mutation (any mutation bumps the generation).
+  // The observation is observe_tokens_reference itself, so the EWMA bits are the reference's however the
+  // compiler contracts its a*b + c*d (with -march=native GCC fuses it into an FMA, the SIMD fused pass does not):
+  // policies and ranks that replay the reference agree bit for bit. The page scores of the new state come from
+  // the SIMD scorer and are kept in scores_, which page_scores() and select() reuse until the next mutation (any
+  // mutation bumps the generation).
   std::size_t apply(std::span<const Float> mass) {
     scores_.resize(num_pages());  // the only step that may throw: the state is untouched so far
     params_.scale = normalization_scale<Float>(config_.normalization, kv_len());
     const std::size_t refreshed =
-        simd::observe_and_score(state_, mass, params_, lut_, alpha_, std::span<Float>(scores_));
+        observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
+    simd::page_scores(state_, lut_, alpha_, std::span<Float>(scores_));
     state_.touch();
     scores_generation_ = state_.generation();
     return refreshed;
@@ -303,23 +280,7 @@ class basic_sequence {
     else
       simd::page_scores(state_, lut_, alpha_, out);
   }
-  [[nodiscard]] std::size_t pages_over_high(std::uint64_t resident_after) const noexcept {
-    const auto marks = config_.budget.in_tokens(page_size(), logical_len());
-    if (resident_after <= marks.high) return 0;
-    return static_cast<std::size_t>((resident_after - marks.high + page_size() - 1) / page_size());
-  }
-  void check_plan(const plan_type& plan) const {
-    if (plan.generation != state_.generation())
-      detail::raise_usage("stale plan: selected at generation " + detail::to_text(plan.generation) +
-                          ", the sequence is at generation " + detail::to_text(state_.generation()));
-    if (plan.page_size != page_size())
-      detail::raise_usage("plan was made for page size " + detail::to_text(plan.page_size));
-    state_.check_removable(plan.pages);
-    const auto status = page_statuses();
-    for (std::size_t p : plan.pages)
-      if (status[p] != page_status::evictable)
-        detail::raise_usage("plan names page " + detail::to_text(p) + ", which is " + to_string(status[p]));
-  }
+  void check_plan(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, config_.protection); }
 
   config config_;
   region_table regions_;

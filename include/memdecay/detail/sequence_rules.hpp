@@ -109,7 +109,8 @@ template <std::floating_point Float, std::size_t PageSize>
   plan.pages = select_lowest_pages<Float>(scores, status, k);
   plan.scores.reserve(plan.pages.size());
   for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
-  plan.pages_over_budget = pages_over_high(budget, state.page_size(), state.logical_len(), state.kv_len() - plan.tokens());
+  plan.pages_over_budget =
+      pages_over_high(budget, state.page_size(), state.logical_len(), state.kv_len() - plan.tokens());
   return plan;
 }
 

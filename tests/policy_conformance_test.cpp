@@ -1,0 +1,361 @@
+// The policy conformance suite: every shipped policy, under basic_policy_sequence, on random agent episodes
+// (page sizes 1..16, so the token-level variants too):
+//   * the budget holds after each commit whenever the evictable pages suffice, and the shortfall is reported
+//     exactly when they do not;
+//   * the victims are the k lowest of the policy's own page scores, ties to the lower page index;
+//   * pinned, sink, recent, partial and caller-protected pages are never evicted; the page table follows;
+//   * the same calls give the same victims and the same digest;
+//   * every rejected input (unknown region, bad mass, backwards clock, stale or forged plan, a page table that
+//     disagrees) throws its error tier and changes nothing, so the sequence then behaves exactly like a twin
+//     that never saw the bad call.
+#include <gtest/gtest.h>
+
+#include <memdecay/block_pool.hpp>
+#include <memdecay/policies/all.hpp>
+#include <memdecay/policy_sequence.hpp>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <vector>
+
+namespace md = memdecay;
+namespace pol = memdecay::policies;
+
+namespace {
+
+// A policy under test: the policy template, the normalisation (MemDecay only) and small parameters so that the
+// short episodes exercise the signal rather than the defaults' large windows.
+template <template <class> class P, md::attention_normalization N = md::attention_normalization::none>
+struct policy_case {
+  template <class F>
+  using policy = P<F>;
+  static constexpr md::attention_normalization normalization = N;
+  /// A page's score depends on its own tokens only (up to a monotone map), so removing other pages keeps the
+  /// order of the survivors. False for SnapKV's pooling, which reads the neighbours.
+  static constexpr bool local_scores = true;
+  template <class F>
+  static typename P<F>::params_type params() {
+    return {};
+  }
+};
+struct h2o_case : policy_case<pol::h2o> {
+  template <class F>
+  static pol::h2o<F>::params_type params() {
+    return {.recent_tokens = 6};
+  }
+};
+struct scissorhands_case : policy_case<pol::scissorhands> {
+  template <class F>
+  static pol::scissorhands<F>::params_type params() {
+    return {.history_window = 8, .recent_tokens = 3};
+  }
+};
+struct snapkv_case : policy_case<pol::snapkv> {
+  static constexpr bool local_scores = false;
+};
+struct snapkv_max_case : snapkv_case {
+  template <class F>
+  static pol::snapkv<F>::params_type params() {
+    return {.window = 3, .kernel_size = 3, .pool = pol::snapkv<F>::pooling::max};
+  }
+};
+struct random_case : policy_case<pol::random> {
+  template <class F>
+  static pol::random<F>::params_type params() {
+    return {.seed = 42};
+  }
+};
+
+template <class Case, class Float = float>
+using sequence_of = md::basic_policy_sequence<Case::template policy, Float>;
+
+md::config random_config(std::mt19937_64& rng, md::attention_normalization mode) {
+  auto uniform = [&](std::uint64_t n) { return static_cast<std::size_t>(rng() % n); };
+  const std::size_t P = std::size_t{1} << uniform(5);  // 1..16
+  const double high = static_cast<double>(P * (4 + uniform(20)));
+  md::config cfg{.alpha = 0.5 * static_cast<double>(uniform(5)),
+                 .ewma_beta = 0.1 * static_cast<double>(uniform(10)),
+                 .tau = 0.5 * static_cast<double>(uniform(4)),
+                 .page_size = P,
+                 .normalization = mode,
+                 .protection = {.sink_pages = uniform(3), .recent_tokens = uniform(3 * P)},
+                 .budget = md::budget_config::tokens(high, high - static_cast<double>(P * uniform(4)))};
+  if (uniform(2)) cfg.region_overrides = {{.region = "plan", .pinned = true}};
+  return cfg;
+}
+
+struct episode_result {
+  std::vector<std::vector<std::size_t>> victims;
+  std::uint64_t digest = 0;
+  friend bool operator==(const episode_result&, const episode_result&) = default;
+};
+
+// One random episode; `check` runs the per-step property checks.
+template <class Case, class Float>
+episode_result run_episode(std::uint64_t seed, bool check) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](std::uint64_t n) { return static_cast<std::size_t>(rng() % n); };
+  const md::config cfg = random_config(rng, Case::normalization);
+  const std::size_t P = cfg.page_size;
+  sequence_of<Case, Float> seq(cfg, Case::template params<Float>());
+  md::block_pool<> pool(4096, P);
+  pool.open(0);
+  episode_result result;
+  md::step_t step = 0;
+  std::uint64_t pinned_appended = 0;
+  for (int round = 0; round < 50; ++round) {
+    const auto region = static_cast<md::region_id>(uniform(md::regions::default_count));
+    const std::size_t count = 1 + uniform(3 * P);
+    seq.append(region, count);
+    pool.append_tokens(0, count);
+    if (seq.regions().pinned(region)) pinned_appended += count;
+    step += static_cast<md::step_t>(uniform(12));
+    seq.advance_to(step);
+    if (uniform(3)) {
+      std::vector<Float> mass(seq.kv_len());
+      for (auto& m : mass)
+        m = static_cast<Float>(uniform(1000)) / static_cast<Float>(1000 * mass.size()) * (uniform(8) == 0 ? 20 : 1);
+      seq.observe_tokens(mass);
+    } else if (uniform(2)) {
+      std::vector<Float> mass(seq.num_pages());
+      for (auto& m : mass) m = static_cast<Float>(uniform(100)) / static_cast<Float>(100 * mass.size());
+      seq.observe_pages(mass);
+    }
+    std::vector<std::size_t> in_flight;
+    if (uniform(3) == 0) in_flight.push_back(uniform(seq.num_pages()));
+    const auto plan = seq.select_for_budget(in_flight);
+    if (check) {
+      const auto scores = seq.page_scores();
+      const auto status = seq.page_statuses(in_flight);
+      EXPECT_EQ(scores, seq.page_scores()) << "page scores are not a pure function of the state";
+      for (Float s : scores) EXPECT_FALSE(std::isnan(s)) << "a NaN score";
+      std::vector<std::pair<Float, std::size_t>> eligible;
+      for (std::size_t p = 0; p < scores.size(); ++p)
+        if (status[p] == md::page_status::evictable) eligible.emplace_back(scores[p], p);
+      std::sort(eligible.begin(), eligible.end());
+      const auto marks = cfg.budget.in_tokens(P, seq.logical_len());
+      const std::size_t wanted = seq.kv_len() > marks.high ? (seq.kv_len() - marks.low + P - 1) / P : 0;
+      const std::size_t k = std::min(wanted, eligible.size());
+      std::vector<std::size_t> expected;
+      for (std::size_t i = 0; i < k; ++i) expected.push_back(eligible[i].second);
+      std::sort(expected.begin(), expected.end());
+      EXPECT_EQ(plan.pages, expected) << "not the k lowest (score, page) evictable pages, round " << round;
+      for (std::size_t v : plan.pages) {
+        EXPECT_EQ(status[v], md::page_status::evictable) << "evicted page " << v << ": " << md::to_string(status[v]);
+        EXPECT_TRUE(std::find(in_flight.begin(), in_flight.end(), v) == in_flight.end())
+            << "evicted a caller-protected page";
+      }
+      const std::uint64_t after = seq.kv_len() - plan.tokens();
+      if (after > marks.high) {
+        EXPECT_EQ(plan.pages.size(), eligible.size()) << "over budget while evictable pages remain";
+        EXPECT_EQ(plan.pages_over_budget, (after - marks.high + P - 1) / P);
+      } else {
+        EXPECT_EQ(plan.pages_over_budget, 0u);
+      }
+    }
+    result.victims.push_back(plan.pages);
+    const auto before = seq.page_scores();
+    seq.commit(plan, pool, 0);
+    if (check && Case::local_scores) {
+      // The policy compacted its per-token state with the layout: the survivors keep their order (among the
+      // scores that are finite after the commit).
+      const auto after = seq.page_scores();
+      std::vector<std::size_t> survivors;
+      for (std::size_t p = 0; p < before.size(); ++p)
+        if (!std::binary_search(plan.pages.begin(), plan.pages.end(), p)) survivors.push_back(p);
+      EXPECT_EQ(survivors.size(), after.size());
+      for (std::size_t a = 0; a < survivors.size(); ++a)
+        for (std::size_t b = a + 1; b < survivors.size() && b < a + 8; ++b) {
+          const Float x = before[survivors[a]], y = before[survivors[b]];
+          // A recent window moves with the end of the sequence: a page it now covers may turn to keep_score.
+          if (std::isinf(after[a]) || std::isinf(after[b])) continue;
+          EXPECT_EQ(x < y, after[a] < after[b]) << "survivors " << survivors[a] << ", " << survivors[b];
+          EXPECT_EQ(y < x, after[b] < after[a]) << "survivors " << survivors[a] << ", " << survivors[b];
+        }
+    }
+    if (check) {
+      EXPECT_EQ(pool.num_pages(0), seq.num_pages());
+      EXPECT_TRUE(pool.consistent());
+      std::uint64_t pinned_resident = 0;
+      for (md::region_id r : seq.state().regions()) pinned_resident += seq.regions().pinned(r);
+      EXPECT_EQ(pinned_resident, pinned_appended) << "a pinned token was evicted";
+      const auto positions = seq.positions();
+      EXPECT_TRUE(std::is_sorted(positions.begin(), positions.end()));
+      EXPECT_EQ(seq.evicted_tokens() % P, 0u);
+    }
+  }
+  result.digest = seq.digest();
+  return result;
+}
+
+// Runs `call`, expects `Error`, and checks that nothing observable changed.
+template <class Error, class Sequence>
+void expect_rejected_unchanged(Sequence& seq, const std::function<void()>& call, const char* what) {
+  const auto digest = seq.digest();
+  const auto generation = seq.generation();
+  const auto kv = seq.kv_len();
+  const auto scores = seq.page_scores();
+  EXPECT_THROW(call(), Error) << what;
+  EXPECT_EQ(seq.digest(), digest) << what;
+  EXPECT_EQ(seq.generation(), generation) << what;
+  EXPECT_EQ(seq.kv_len(), kv) << what;
+  const auto after = seq.page_scores();
+  EXPECT_EQ(std::memcmp(scores.data(), after.data(), scores.size() * sizeof(scores[0])), 0) << what;
+}
+
+}  // namespace
+
+template <class Case>
+class PolicyConformance : public ::testing::Test {};
+
+using all_policies =
+    ::testing::Types<policy_case<pol::memdecay>, policy_case<pol::memdecay, md::attention_normalization::uniform>,
+                     policy_case<pol::memdecay, md::attention_normalization::lifetime>,
+                     policy_case<pol::memdecay, md::attention_normalization::zscore>, random_case,
+                     policy_case<pol::streaming_llm>, h2o_case, policy_case<pol::tova>, scissorhands_case,
+                     policy_case<pol::norm_sum>, policy_case<pol::priority_lru>, snapkv_case,
+                     snapkv_max_case>;
+TYPED_TEST_SUITE(PolicyConformance, all_policies);
+
+TYPED_TEST(PolicyConformance, BudgetProtectionsAndLowestScoresOnRandomEpisodes) {
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    SCOPED_TRACE(seed);
+    run_episode<TypeParam, float>(seed, true);
+    run_episode<TypeParam, double>(seed + 100, true);
+  }
+}
+
+TYPED_TEST(PolicyConformance, SameCallsSameVictimsAndDigest) {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const auto a = run_episode<TypeParam, float>(seed, false);
+    EXPECT_EQ(a, (run_episode<TypeParam, float>(seed, false)));
+    std::size_t evicted = 0;
+    for (const auto& v : a.victims) evicted += v.size();
+    EXPECT_GT(evicted, 0u) << "the episode never evicted: the test would prove nothing";
+  }
+}
+
+TYPED_TEST(PolicyConformance, PinnedAndProtectedPagesSurviveAnyRequest) {
+  md::config cfg{.page_size = 4, .protection = {.sink_pages = 1, .recent_tokens = 5}};
+  cfg.region_overrides = {{.region = "plan", .pinned = true}};
+  sequence_of<TypeParam, float> seq(cfg, TypeParam::template params<float>());
+  seq.append(md::regions::tool_out, 8);    // pages 0 (sink), 1
+  seq.append(md::regions::system, 2);      // page 2: pinned (mixed with tool_out)
+  seq.append(md::regions::tool_out, 2);
+  seq.append(md::regions::plan, 4);        // page 3: pinned by override
+  seq.append(md::regions::scratchpad, 14); // pages 4..7; recent: the last 5 tokens (pages 6, 7); 7 is partial
+  seq.advance_to(40);
+  seq.observe_tokens(std::vector<float>(seq.kv_len(), 1.0f / static_cast<float>(seq.kv_len())));
+  const std::size_t in_flight[] = {4};
+  const auto plan = seq.select(100, in_flight);
+  EXPECT_EQ(plan.pages, (std::vector<std::size_t>{1, 5}));
+  seq.commit(plan);
+  EXPECT_EQ(seq.num_pages(), 6u);
+  EXPECT_TRUE(seq.select(100, std::vector<std::size_t>{0, 1, 2, 3, 4, 5}).empty());
+}
+
+TYPED_TEST(PolicyConformance, RejectedInputsChangeNothing) {
+  const md::config cfg{.page_size = 4, .budget = md::budget_config::tokens(24, 16)};
+  const auto params = TypeParam::template params<float>();
+  sequence_of<TypeParam, float> seq(cfg, params), twin(cfg, params);
+  auto both = [&](auto&& f) {
+    f(seq);
+    f(twin);
+  };
+  both([](auto& s) {
+    s.append(md::regions::system, 4);
+    s.append(md::regions::user, 14);
+    s.advance_to(10);
+    std::vector<float> mass(s.kv_len());
+    for (std::size_t i = 0; i < mass.size(); ++i) mass[i] = static_cast<float>(i % 5) / 40.0f;
+    s.observe_tokens(mass);
+  });
+
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append(7, 3); }, "unknown region");
+  const md::region_span spans[] = {{md::regions::user, 2}, {200, 1}};
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append(spans); }, "unknown region in spans");
+  const md::region_id labels[] = {0, 1, 9};
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append_tokens(labels); }, "unknown label");
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.advance_to(9); }, "clock backwards");
+  const std::size_t n = seq.kv_len();
+  const std::vector<float> short_mass(n - 1, 0.1f), long_mass(n + 1, 0.1f);
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(short_mass); }, "short");
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(long_mass); }, "long");
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -0.5f}) {
+    std::vector<float> mass(n, 0.1f);
+    mass[n - 2] = bad;
+    expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(mass); }, "bad mass");
+    std::vector<float> pages(seq.num_pages(), 0.1f);
+    pages.back() = bad;
+    expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_pages(pages); }, "bad page mass");
+  }
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_pages(std::vector<float>(2, 0.1f)); }, "pages");
+  Eigen::MatrixXf heads = Eigen::MatrixXf::Constant(2, static_cast<Eigen::Index>(n + 3), 0.1f);
+  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_heads(heads, md::head_reduction::sum); }, "heads");
+
+  const auto plan = seq.select(2);
+  ASSERT_EQ(plan.pages.size(), 2u);
+  auto forged = plan;
+  forged.pages = {0};  // the pinned system page
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "pinned page");
+  forged.pages = {4};  // the partial last page
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "partial page");
+  forged.pages = {9};
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "no such page");
+  forged.pages = {2, 1};
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "unsorted");
+  forged = plan;
+  forged.page_size = 8;
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "page size");
+  md::block_pool<> short_pool(16, 4), wide_pool(16, 8);
+  short_pool.open(1);
+  short_pool.append_tokens(1, 8);
+  wide_pool.open(1);
+  wide_pool.append_tokens(1, n);
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, short_pool, 1); }, "table too short");
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, wide_pool, 1); }, "table page size");
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, short_pool, 2); }, "unknown sequence");
+  EXPECT_EQ(short_pool.num_pages(1), 2u);
+
+  // The bad calls left no trace: the sequence and its twin agree from here on.
+  const auto stale = seq.select(1);
+  both([](auto& s) { s.append(md::regions::tool_out, 3); });
+  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(stale); }, "stale plan");
+  for (md::step_t step = 11; step < 30; ++step) {
+    both([&](auto& s) {
+      s.append(md::regions::tool_out, 2);
+      s.advance_to(step);
+      std::vector<float> mass(s.kv_len());
+      for (std::size_t i = 0; i < mass.size(); ++i) mass[i] = static_cast<float>((i * 3 + step) % 7) / 60.0f;
+      s.observe_tokens(mass);
+    });
+    const auto a = seq.select_for_budget(), b = twin.select_for_budget();
+    ASSERT_EQ(a.pages, b.pages);
+    seq.commit(a);
+    twin.commit(b);
+  }
+  EXPECT_EQ(seq.digest(), twin.digest());
+}
+
+TYPED_TEST(PolicyConformance, ExtremeMassIsTakenOrRejectedCleanly) {
+  sequence_of<TypeParam, float> seq(md::config{.page_size = 2}, TypeParam::template params<float>());
+  seq.append(md::regions::user, 8);
+  std::vector<float> mass(8, 0.0f);
+  mass[3] = std::numeric_limits<float>::max();
+  for (int i = 0; i < 4; ++i) {
+    const auto digest = seq.digest();
+    try {
+      seq.observe_tokens(mass);
+    } catch (const md::input_error&) {
+      EXPECT_EQ(seq.digest(), digest);
+    }
+    for (float s : seq.page_scores()) EXPECT_FALSE(std::isnan(s));
+  }
+}

@@ -1,0 +1,246 @@
+// Tests for policy_sequence.hpp: the generic evictor. policies::memdecay under it must evict exactly what
+// memdecay::basic_sequence evicts on the same calls (random episodes, float and double, none and uniform); the
+// evictor's own contract (compile-time page sizes, parameter validation, views, digests) is checked here, the
+// per-policy contract in policy_conformance_test.cpp.
+#include <gtest/gtest.h>
+
+#include <memdecay/block_pool.hpp>
+#include <memdecay/policies/all.hpp>
+#include <memdecay/policy_sequence.hpp>
+#include <memdecay/sequence.hpp>
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace md = memdecay;
+namespace pol = memdecay::policies;
+
+namespace {
+
+template <class Float>
+bool bitwise_equal(const std::vector<Float>& a, const std::vector<Float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Float)) == 0);
+}
+
+// Drives a basic_sequence and a policy_sequence<memdecay> with identical calls and checks after every step that
+// they agree bit for bit: page scores, plans, EWMA, refresh clocks, layout.
+template <class Float>
+void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](std::uint64_t n) { return static_cast<std::size_t>(rng() % n); };
+  const std::size_t P = std::size_t{1} << uniform(5);
+  const double high = static_cast<double>(P * (4 + uniform(20)));
+  md::config cfg{.alpha = 0.5 * static_cast<double>(uniform(5)),
+                 .ewma_beta = 0.1 * static_cast<double>(uniform(10)),
+                 .tau = mode == md::attention_normalization::uniform ? 0.5 * static_cast<double>(uniform(6))
+                                                                     : 0.01 * static_cast<double>(uniform(30)),
+                 .page_size = P,
+                 .normalization = mode,
+                 .protection = {.sink_pages = uniform(3), .recent_tokens = uniform(3 * P)},
+                 .budget = md::budget_config::tokens(high, high - static_cast<double>(P * uniform(4)))};
+  if (uniform(2)) cfg.region_overrides = {{.region = "plan", .pinned = true}};
+  md::basic_sequence<Float> ref(cfg);
+  md::basic_policy_sequence<pol::memdecay, Float> seq(cfg);
+  md::block_pool<> pool_ref(4096, P), pool(4096, P);
+  pool_ref.open(0);
+  pool.open(0);
+  md::step_t step = 0;
+  for (int round = 0; round < 50; ++round) {
+    const auto region = static_cast<md::region_id>(uniform(md::regions::default_count));
+    const std::size_t count = 1 + uniform(3 * P);
+    ref.append(region, count);
+    seq.append(region, count);
+    pool_ref.append_tokens(0, count);
+    pool.append_tokens(0, count);
+    step += static_cast<md::step_t>(uniform(12));
+    ref.advance_to(step);
+    seq.advance_to(step);
+    switch (uniform(4)) {
+      case 0: break;  // no attention this step
+      case 1: {
+        std::vector<Float> mass(seq.kv_len());
+        for (auto& m : mass)
+          m = static_cast<Float>(uniform(1000)) / static_cast<Float>(1000 * mass.size()) * (uniform(8) == 0 ? 20 : 1);
+        EXPECT_EQ(ref.observe_tokens(mass), seq.observe_tokens(mass));
+        break;
+      }
+      case 2: {
+        std::vector<Float> mass(seq.num_pages());
+        for (auto& m : mass) m = static_cast<Float>(uniform(1000)) / static_cast<Float>(1000 * mass.size());
+        EXPECT_EQ(ref.observe_pages(mass), seq.observe_pages(mass));
+        break;
+      }
+      default: {
+        Eigen::Matrix<Float, Eigen::Dynamic, Eigen::Dynamic> heads(2, static_cast<Eigen::Index>(seq.kv_len()));
+        for (Eigen::Index h = 0; h < heads.rows(); ++h)
+          for (Eigen::Index i = 0; i < heads.cols(); ++i)
+            heads(h, i) = static_cast<Float>(uniform(100)) / static_cast<Float>(100 * heads.cols());
+        EXPECT_EQ(ref.observe_heads(heads, md::head_reduction::mean),
+                  seq.observe_heads(heads, md::head_reduction::mean));
+      }
+    }
+    EXPECT_TRUE(bitwise_equal(ref.page_scores(), seq.page_scores())) << "round " << round;
+    EXPECT_EQ(ref.page_statuses(), seq.page_statuses());
+    std::vector<std::size_t> in_flight;
+    if (uniform(3) == 0 && seq.num_pages() > 0) in_flight.push_back(uniform(seq.num_pages()));
+    const auto a = ref.select_for_budget(in_flight);
+    const auto b = seq.select_for_budget(in_flight);
+    ASSERT_EQ(a.pages, b.pages) << "round " << round;
+    EXPECT_TRUE(bitwise_equal(a.scores, b.scores));
+    EXPECT_EQ(a.requested, b.requested);
+    EXPECT_EQ(a.pages_over_budget, b.pages_over_budget);
+    const std::size_t k = uniform(4);
+    EXPECT_EQ(ref.select(k).pages, seq.select(k).pages);
+    ref.commit(a, pool_ref, 0);
+    seq.commit(b, pool, 0);
+    ASSERT_EQ(ref.kv_len(), seq.kv_len());
+    EXPECT_EQ(ref.positions(), seq.positions());
+    EXPECT_EQ(ref.prefix_cache_boundary(), seq.prefix_cache_boundary());
+    const auto ewma = seq.policy().ewma();
+    const auto clocks = seq.policy().last_refresh();
+    EXPECT_TRUE(bitwise_equal(std::vector<Float>(ref.state().ewma().begin(), ref.state().ewma().end()),
+                              std::vector<Float>(ewma.begin(), ewma.end())));
+    EXPECT_TRUE(std::equal(clocks.begin(), clocks.end(), ref.state().last_refresh().begin(),
+                           ref.state().last_refresh().end()));
+    EXPECT_EQ(pool_ref.num_pages(0), pool.num_pages(0));
+  }
+}
+
+}  // namespace
+
+class MemDecayPolicyEpisodes : public ::testing::TestWithParam<std::uint64_t> {};
+
+TEST_P(MemDecayPolicyEpisodes, FloatNoneSameVictimsAsBasicSequence) {
+  same_as_basic_sequence<float>(GetParam(), md::attention_normalization::none);
+}
+TEST_P(MemDecayPolicyEpisodes, FloatUniformSameVictimsAsBasicSequence) {
+  same_as_basic_sequence<float>(GetParam(), md::attention_normalization::uniform);
+}
+TEST_P(MemDecayPolicyEpisodes, DoubleNoneSameVictimsAsBasicSequence) {
+  same_as_basic_sequence<double>(GetParam(), md::attention_normalization::none);
+}
+TEST_P(MemDecayPolicyEpisodes, DoubleUniformSameVictimsAsBasicSequence) {
+  same_as_basic_sequence<double>(GetParam(), md::attention_normalization::uniform);
+}
+INSTANTIATE_TEST_SUITE_P(Seeds, MemDecayPolicyEpisodes, ::testing::Range<std::uint64_t>(1, 31));
+
+TEST(PolicySequence, LifetimeAndZscoreRunOnlyUnderThePolicyEvictor) {
+  for (auto mode : {md::attention_normalization::lifetime, md::attention_normalization::zscore}) {
+    const md::config cfg{.normalization = mode};
+    EXPECT_NO_THROW(cfg.validate());
+    EXPECT_THROW(md::sequence{cfg}, md::config_error) << md::to_string(mode);
+    EXPECT_NO_THROW(md::policy_sequence<pol::memdecay>{cfg});
+  }
+}
+
+TEST(PolicySequence, InvalidConfigOrParamsAreRejectedOnConstruction) {
+  EXPECT_THROW(md::policy_sequence<pol::h2o>(md::config{.alpha = -1}), md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::tova>(md::config{.page_size = 3}), md::config_error);
+  EXPECT_THROW((md::basic_policy_sequence<pol::tova, float, 16>(md::config{.page_size = 32})), md::config_error);
+  EXPECT_NO_THROW((md::basic_policy_sequence<pol::tova, float, 16>(md::config{.page_size = 16})));
+  EXPECT_THROW(md::policy_sequence<pol::scissorhands>(md::config{}, {.history_window = 0}), md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::scissorhands>(md::config{}, {.history_window = 65}), md::config_error);
+  EXPECT_NO_THROW(md::policy_sequence<pol::scissorhands>(md::config{}, {.history_window = 64}));
+  EXPECT_THROW(md::policy_sequence<pol::snapkv>(md::config{}, {.window = 0}), md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::snapkv>(md::config{}, {.kernel_size = 4}), md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::priority_lru>(md::config{}, {.region_priority = {1, 2, 3}}), md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::priority_lru>(md::config{}, {.region_priority = {0, 1, 2, 3, 4, 5, 101}}),
+               md::config_error);
+  EXPECT_THROW(md::policy_sequence<pol::priority_lru>(md::config{}, {.refresh_threshold = -1}), md::config_error);
+}
+
+TEST(PolicySequence, NumbersMustFitTheScoreType) {
+  EXPECT_THROW(md::policy_sequence<pol::memdecay>(md::config{.alpha = 1e39}), md::config_error);
+  EXPECT_NO_THROW((md::basic_policy_sequence<pol::memdecay, double>(md::config{.alpha = 1e39})));
+  md::config cfg;
+  cfg.region_overrides = {{.region = "user", .base_priority = 1e40}};
+  EXPECT_THROW(md::policy_sequence<pol::h2o>{cfg}, md::config_error);
+}
+
+TEST(PolicySequence, CommitReturnsWhatThePageTableFreed) {
+  md::policy_sequence<pol::streaming_llm> seq(md::config{.page_size = 4}, {.sink_tokens = 0});
+  md::block_pool<> pool(8, 4);
+  pool.open(5);
+  seq.append(md::regions::user, 13);
+  pool.append_tokens(5, 13);
+  const std::vector<std::int32_t> table(pool.block_table(5).begin(), pool.block_table(5).end());
+  const auto freed = seq.commit(seq.select(2), pool, 5);  // the two oldest pages
+  EXPECT_EQ(freed, (std::vector<std::int32_t>{table[0], table[1]}));
+  EXPECT_EQ(pool.num_pages(5), seq.num_pages());
+  EXPECT_EQ(seq.positions().front(), 8u);
+}
+
+TEST(PolicySequence, PriorityLruDerivesPrioritiesFromBasePriorities) {
+  md::policy_sequence<pol::priority_lru> seq(md::config{});
+  EXPECT_EQ(seq.policy().priority(md::regions::system), 100);
+  EXPECT_EQ(seq.policy().priority(md::regions::user), 80);
+  EXPECT_EQ(seq.policy().priority(md::regions::scratchpad), 30);
+}
+
+TEST(PolicySequence, CompileTimePageSizeGivesTheSameVictims) {
+  const md::config cfg{.page_size = 4, .budget = md::budget_config::tokens(24, 16)};
+  md::policy_sequence<pol::h2o> dynamic(cfg, {.recent_tokens = 4});
+  md::basic_policy_sequence<pol::h2o, float, 4> fixed(cfg, {.recent_tokens = 4});
+  for (md::step_t step = 1; step < 30; ++step) {
+    dynamic.append(md::regions::tool_out, 3);
+    fixed.append(md::regions::tool_out, 3);
+    std::vector<float> mass(dynamic.kv_len());
+    for (std::size_t i = 0; i < mass.size(); ++i) mass[i] = static_cast<float>((i * 5 + step) % 7) / 50.0f;
+    dynamic.observe_tokens(mass);
+    fixed.observe_tokens(mass);
+    const auto a = dynamic.select_for_budget(), b = fixed.select_for_budget();
+    ASSERT_EQ(a.pages, b.pages);
+    dynamic.commit(a);
+    fixed.commit(b);
+  }
+  EXPECT_EQ(dynamic.positions(), fixed.positions());
+  EXPECT_EQ(dynamic.digest(), fixed.digest());
+}
+
+TEST(PolicySequence, ViewDescribesTheResidentLayout) {
+  md::policy_sequence<pol::tova> seq(md::config{.page_size = 4});
+  seq.append(md::regions::user, 6);
+  seq.append(md::regions::tool_out, 8);
+  seq.advance_to(3);
+  seq.commit(seq.select(1));  // no observation yet: everything ties at keep_score, page 0 goes
+  const auto v = seq.view();
+  EXPECT_EQ(v.kv_len(), 10u);
+  EXPECT_EQ(v.num_pages(), 3u);
+  EXPECT_EQ(v.tokens_in_page(2), 2u);
+  EXPECT_EQ(v.now, 3u);
+  EXPECT_EQ(v.position_of(0), 4u);
+  EXPECT_EQ(v.position_of(9), 13u);
+  EXPECT_EQ(v.labels[0], md::regions::user);
+  EXPECT_EQ(v.labels[2], md::regions::tool_out);
+  EXPECT_EQ(seq.positions(), (std::vector<std::uint64_t>{4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(seq.prefix_cache_boundary(), std::optional<std::uint64_t>{0});
+}
+
+TEST(PolicySequence, DigestCoversThePolicyState) {
+  md::policy_sequence<pol::h2o> a(md::config{.page_size = 4}), b(md::config{.page_size = 4});
+  a.append(md::regions::user, 8);
+  b.append(md::regions::user, 8);
+  EXPECT_EQ(a.digest(), b.digest());
+  std::vector<float> mass(8, 0.1f);
+  a.observe_tokens(mass);
+  EXPECT_NE(a.digest(), b.digest());
+  b.observe_tokens(mass);
+  EXPECT_EQ(a.digest(), b.digest());
+  mass[3] = 0.2f;
+  a.observe_tokens(mass);
+  b.observe_tokens(std::vector<float>(8, 0.1f));
+  EXPECT_NE(a.digest(), b.digest());  // same layout, different cumulative attention
+  EXPECT_EQ(a.state().digest(), b.state().digest());
+}
+
+TEST(PolicySequence, PageScoresOutputLengthIsChecked) {
+  md::policy_sequence<pol::norm_sum> seq(md::config{.page_size = 4});
+  seq.append(md::regions::user, 9);
+  std::vector<float> out(2);
+  EXPECT_THROW(seq.page_scores(out), md::input_error);
+  out.resize(3);
+  EXPECT_NO_THROW(seq.page_scores(out));
+}
