@@ -1,6 +1,6 @@
 // The policy end to end, through memdecay::sequence (the SIMD kernels are its hot path):
-//   sequence/observe/<n>          observe_tokens: validation + the fused observe + score pass
-//   sequence/select/<n>           select(n_pages / 8) right after an observation (reuses the fused scores)
+//   sequence/observe/<n>          observe_tokens: validation + the reference observation + the SIMD score pass
+//   sequence/select/<n>           select(n_pages / 8) right after an observation (reuses those scores)
 //   sequence/select_after_tick/<n> advance_to(+1) then select(n_pages / 8): a score-only pass + selection
 // n = tokens, pages of 16, uniform normalisation. The kernels alone, and their baselines: simd_bench.cpp.
 #include <benchmark/benchmark.h>

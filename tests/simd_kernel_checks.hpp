@@ -118,7 +118,7 @@ inline md::region_table random_regions(std::size_t count, std::mt19937_64& rng) 
   std::vector<md::region_params> params;
   std::uniform_real_distribution<double> base(0.0, 1.0), half_life(1.0, 2000.0);
   for (std::size_t r = 0; r < count; ++r) {
-    md::region_params p{"r" + std::to_string(r), base(rng), md::decay_rate_from_half_life(half_life(rng)), false};
+    md::region_params p{std::string("r").append(std::to_string(r)), base(rng), md::decay_rate_from_half_life(half_life(rng)), false};
     if (r % 7 == 3) p.decay_rate = 0.0;
     if (r % 11 == 5) p.base_priority = 0.0;
     params.push_back(p);

@@ -19,8 +19,8 @@ TEST(SimdScoreKernel, DoubleScalarFallbackMatchesReference) {
 }
 
 TEST(SimdScoreKernel, SequenceUsesTheKernelAndAgreesWithTheReference) {
-  // The policy's page_scores() is the SIMD kernel; select() sees the same scores after an observation (the
-  // fused pass fills them) as a fresh score-only pass would.
+  // The policy's page_scores() is the SIMD kernel; select() sees the same scores after an observation (cached
+  // by observe_tokens) as a fresh score-only pass would, and the EWMA is the reference's bit for bit.
   md::sequence seq(md::config{.normalization = md::attention_normalization::uniform});
   std::mt19937_64 rng(3);
   for (int k = 0; k < 300; ++k) seq.append(static_cast<md::region_id>(1 + rng() % 6), 1 + rng() % 30);
@@ -34,6 +34,17 @@ TEST(SimdScoreKernel, SequenceUsesTheKernelAndAgreesWithTheReference) {
   ASSERT_EQ(fast.size(), ref.size());
   for (std::size_t p = 0; p < ref.size(); ++p)
     EXPECT_NEAR(fast[p], ref[p], simd_checks::score_tolerance(ref[p], seq.state().tokens_in_page(p))) << p;
+  {
+    md::sequence twin(md::config{.normalization = md::attention_normalization::uniform});
+    for (std::size_t p = 0; p < seq.kv_len(); ++p) twin.append(seq.state().regions()[p]);
+    twin.advance_to(500);
+    auto ewma = std::vector<float>(twin.state().ewma().begin(), twin.state().ewma().end());
+    auto clocks = std::vector<md::step_t>(twin.state().last_refresh().begin(), twin.state().last_refresh().end());
+    md::observation_params<float> obs{0.9f, 0.01f, static_cast<float>(seq.kv_len())};
+    md::observe_tokens_reference<float>(ewma, clocks, mass, 500, obs);
+    for (std::size_t i = 0; i < ewma.size(); ++i) ASSERT_EQ(ewma[i], seq.state().ewma()[i]) << i;
+    EXPECT_TRUE(std::equal(clocks.begin(), clocks.end(), seq.state().last_refresh().begin()));
+  }
   std::vector<float> fresh(seq.num_pages());
   ms::page_scores(seq.state(), ms::region_lut<float>(seq.regions()), 1.0f, std::span<float>(fresh));
   EXPECT_EQ(fresh, fast);

@@ -15,8 +15,10 @@
 // holds: 21 bytes of traffic per float token (read region 1, clock 4, EWMA 4, mass 4; write clock 4, EWMA 4)
 // against 9 for a score-only pass. Both are memory-bound beyond the L2 cache (see docs/benchmarks.md).
 //
-// Accuracy against the scalar reference (page_scores_reference): the EWMA update is computed exactly as the
-// reference writes it (two products, one sum; no FMA), so refresh decisions and clocks are identical; scores
+// Accuracy against the scalar reference (page_scores_reference): the EWMA update is computed as the reference
+// writes it (two products, one sum; no FMA), so refresh decisions and clocks are identical, and the EWMA is
+// bit-identical unless the compiler contracts the reference into an FMA (GCC does under -march=native; then
+// within 1 ulp, which is why basic_sequence observes with the reference and scores with this kernel); scores
 // differ by the exp error (<= 2e-7 relative for float, see exp.hpp), the FMA in alpha * a + decay and the
 // order of the page sum. tests/simd_score_kernel_test.cpp holds them to |simd - ref| <= 1e-5 * (1 + |ref|)
 // (float) and 1e-12 * (1 + |ref|) (double); docs/simd.md has the measured maxima.
