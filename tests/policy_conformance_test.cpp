@@ -47,13 +47,13 @@ struct policy_case {
 };
 struct h2o_case : policy_case<pol::h2o> {
   template <class F>
-  static pol::h2o<F>::params_type params() {
+  static typename pol::h2o<F>::params_type params() {
     return {.recent_tokens = 6};
   }
 };
 struct scissorhands_case : policy_case<pol::scissorhands> {
   template <class F>
-  static pol::scissorhands<F>::params_type params() {
+  static typename pol::scissorhands<F>::params_type params() {
     return {.history_window = 8, .recent_tokens = 3};
   }
 };
@@ -62,13 +62,13 @@ struct snapkv_case : policy_case<pol::snapkv> {
 };
 struct snapkv_max_case : snapkv_case {
   template <class F>
-  static pol::snapkv<F>::params_type params() {
+  static typename pol::snapkv<F>::params_type params() {
     return {.window = 3, .kernel_size = 3, .pool = pol::snapkv<F>::pooling::max};
   }
 };
 struct random_case : policy_case<pol::random> {
   template <class F>
-  static pol::random<F>::params_type params() {
+  static typename pol::random<F>::params_type params() {
     return {.seed = 42};
   }
 };
