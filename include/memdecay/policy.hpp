@@ -22,6 +22,7 @@
 //   p.digest()                        const noexcept: a digest of the policy's state (for tensor-parallel checks)
 //
 // Per-token state is kept in page order, exactly like sequence_state, so compaction is compact_token_column().
+// A policy with no per-token state (random, streaming_llm) derives its hooks from stateless_hooks.
 // Policies never see K/V memory, never read a wall clock, and draw randomness only from a seeded counter-based
 // hash, so decisions are a pure function of the calls.
 #ifndef MEMDECAY_POLICY_HPP
@@ -90,6 +91,17 @@ namespace policy_support {
 /// order, when the budget demands it). Hard guarantees come from config.protection, not from scores.
 template <std::floating_point Float>
 inline constexpr Float keep_score = std::numeric_limits<Float>::infinity();
+
+/// The hooks of a policy that keeps no per-token state (its scores follow from the layout alone): derive from it
+/// and write page_scores() and digest().
+template <std::floating_point Float>
+struct stateless_hooks {
+  void reserve(std::size_t) noexcept {}
+  void on_append(const sequence_view&, std::size_t) noexcept {}
+  void check_observation(const sequence_view&, std::span<const Float>) const noexcept {}
+  std::size_t on_observe(const sequence_view&, std::span<const Float>) noexcept { return 0; }
+  void on_remove(const sequence_view&, std::span<const std::size_t>) noexcept {}
+};
 
 /// Compacts one per-token column (page order) by removing whole `pages` (strictly ascending, full).
 template <class T>

@@ -24,7 +24,7 @@
 namespace memdecay::policies {
 
 template <class Float = float>
-class random {
+class random : public policy_support::stateless_hooks<Float> {
   static_assert(std::floating_point<Float>, "policies score in float or double");
 
  public:
@@ -41,11 +41,6 @@ class random {
     return policy_support::splitmix64(seed_ ^ policy_support::splitmix64(origin)) >> 40;
   }
 
-  void reserve(std::size_t) noexcept {}
-  void on_append(const sequence_view&, std::size_t) noexcept {}
-  void check_observation(const sequence_view&, std::span<const Float>) const noexcept {}
-  std::size_t on_observe(const sequence_view&, std::span<const Float>) noexcept { return 0; }
-  void on_remove(const sequence_view&, std::span<const std::size_t>) noexcept {}
   void page_scores(const sequence_view& view, std::span<Float> out) const noexcept {
     for (std::size_t p = 0; p < view.num_pages(); ++p) out[p] = static_cast<Float>(key(view.page_origins[p]));
   }

@@ -27,7 +27,7 @@
 namespace memdecay::policies {
 
 template <class Float = float>
-class streaming_llm {
+class streaming_llm : public policy_support::stateless_hooks<Float> {
   static_assert(std::floating_point<Float>, "policies score in float or double");
 
  public:
@@ -39,11 +39,6 @@ class streaming_llm {
 
   streaming_llm(const params_type& params, const config&, const region_table&) : sink_tokens_(params.sink_tokens) {}
 
-  void reserve(std::size_t) noexcept {}
-  void on_append(const sequence_view&, std::size_t) noexcept {}
-  void check_observation(const sequence_view&, std::span<const Float>) const noexcept {}
-  std::size_t on_observe(const sequence_view&, std::span<const Float>) noexcept { return 0; }
-  void on_remove(const sequence_view&, std::span<const std::size_t>) noexcept {}
   void page_scores(const sequence_view& view, std::span<Float> out) const noexcept {
     for (std::size_t p = 0; p < view.num_pages(); ++p) {
       const std::uint64_t origin = view.page_origins[p];
