@@ -199,8 +199,9 @@ TEST(Replay, EveryPolicyKeepsEverythingAtFullBudgetAndThePinnedSetAlways) {
   const auto policies = rp::all_policies({}, s.protection);
   std::vector<std::string> names;
   for (const auto& p : policies) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"memdecay-none", "memdecay-uniform", "random", "streaming_llm", "h2o",
-                                             "tova", "scissorhands", "norm_sum", "priority_lru", "snapkv"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"memdecay-none", "memdecay-uniform", "memdecay-lifetime", "memdecay-zscore",
+                                             "random", "streaming_llm", "h2o", "tova", "scissorhands", "norm_sum",
+                                             "priority_lru", "snapkv"}));
   for (const auto& p : policies) {
     SCOPED_TRACE(p.name);
     const auto full = rp::replay_tier(tier, p, 1.0, s);
@@ -226,7 +227,7 @@ TEST(Replay, StreamingLlmEvictsTheOldestUnpinnedPagesOfTheTinyTrace) {
   // With sinks inside the pinned system page, StreamingLLM keeps the newest pages: the same victims as MemDecay
   // on the tiny trace (positions 4-7 at step 1, 8-11 at step 4), scored by their original page index.
   std::vector<logged> log;
-  const auto streaming = rp::all_policies({}, tiny_settings().protection)[3];
+  const auto streaming = rp::all_policies({}, tiny_settings().protection)[5];
   ASSERT_EQ(streaming.name, "streaming_llm");
   const auto cell = rp::replay_tier(tiny(), streaming, 0.5, tiny_settings(),
                                     [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
@@ -238,4 +239,30 @@ TEST(Replay, StreamingLlmEvictsTheOldestUnpinnedPagesOfTheTinyTrace) {
   EXPECT_EQ(log[0].record.first_position, 4u);
   EXPECT_EQ(log[1].record.first_position, 8u);
   EXPECT_FALSE(log[1].record.has_terms);
+}
+
+TEST(Replay, MemDecayBehindThePolicyInterfaceLogsItsTerms) {
+  // lifetime runs policies::memdecay in basic_policy_sequence; its log carries the page-mean terms. On the tiny
+  // trace the first victim is the same (positions 4-7). At step 2 the 8 resident tokens observe x = 0.125 * 8 = 1
+  // (<= tau = 2: no refresh), EWMA 0.1, which the lifetime divisor 1 - 0.9^1 = 0.1 turns into an attention term of
+  // 1: at step 4 the tool_out page (positions 8-11) scores 0.4 * 2^(-3/40) + 1 = 1.3797, above the fresh user page
+  // (0.8 + 0: never observed), so the user page goes. Survival is still 3 of 5 (probe 3 lives, probe 4 is lost);
+  // the step-5 row then loses its 0.75 on positions 12-15: attention loss (0.2 + 0.75) / 2 = 0.475.
+  std::vector<logged> log;
+  const auto cell = rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::lifetime), 0.5,
+                                    tiny_settings(), [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
+                                      log.push_back({ctx.step, e});
+                                    });
+  EXPECT_EQ(cell.survived, 3u);
+  EXPECT_EQ(cell.regions[md::regions::tool_out].survived, 2u);
+  EXPECT_EQ(cell.regions[md::regions::user].survived, 0u);
+  EXPECT_NEAR(cell.attention_loss(), 0.475, 1e-6);
+  EXPECT_EQ(cell.regions[md::regions::user].evicted_tokens, 4u);
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].record.first_position, 4u);
+  EXPECT_EQ(log[1].record.first_position, 12u);
+  ASSERT_TRUE(log[1].record.has_terms);
+  EXPECT_NEAR(log[1].record.decay, 0.8, 1e-6);
+  EXPECT_NEAR(log[1].record.attention, 0.0, 1e-9);
+  EXPECT_NEAR(log[1].record.score, 0.8, 1e-4);
 }

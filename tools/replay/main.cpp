@@ -510,8 +510,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sink-pages", o.sink_pages, "The first N pages are never evicted (attention sinks)")->capture_default_str();
   app.add_flag("--pin-plan", o.pin_plan, "Pin the plan region as well as the system prompt");
-  app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1 in every mode)");
-  app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none, 2 for uniform)");
+  app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1; 0.5 for zscore)");
+  app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none; 2 for uniform, lifetime and zscore)");
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
   app.add_option("--calibration", o.calibration_path,
                  "Load a calibration file (memdecay-calibrate, docs/calibration.md): its fitted decay rates and its "

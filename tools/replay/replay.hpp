@@ -33,6 +33,7 @@
 #include <memdecay/detail/error.hpp>
 #include <memdecay/eviction.hpp>
 #include <memdecay/policies/h2o.hpp>
+#include <memdecay/policies/memdecay.hpp>
 #include <memdecay/policies/norm_sum.hpp>
 #include <memdecay/policies/priority_lru.hpp>
 #include <memdecay/policies/random.hpp>
@@ -119,6 +120,14 @@ class sequence_runner final : public runner {
           e.has_terms = true;
           e.decay = static_cast<double>(x.terms.decay);
           e.attention = static_cast<double>(x.terms.attention);
+        } else if constexpr (requires { seq_.policy().token_terms(seq_.view(), p); }) {
+          const auto view = seq_.view();  // MemDecay behind the policy interface: the page mean of its terms
+          for (std::size_t i = p * P; i < (p + 1) * P; ++i) {
+            const auto t = seq_.policy().token_terms(view, i);
+            e.decay += static_cast<double>(t.decay) / static_cast<double>(P);
+            e.attention += static_cast<double>(t.attention) / static_cast<double>(P);
+          }
+          e.has_terms = true;
         }
         std::size_t per_region[256] = {};
         for (std::size_t i = p * P; i < (p + 1) * P; ++i) ++per_region[labels[i]];
@@ -145,11 +154,16 @@ struct policy_entry {
   std::function<std::unique_ptr<runner>(const config&, std::size_t total_tokens)> make;
 };
 
-/// MemDecay (memdecay::sequence) with a normalisation mode; alpha and tau default per mode unless given.
+/// MemDecay with a normalisation mode; alpha and tau default per mode unless given (none: alpha 1, tau 0.01, the
+/// paper's raw shares; uniform and lifetime: alpha 1, tau 2 times the uniform share; zscore: alpha 0.5, tau 2
+/// standard deviations; EWMA beta 0.9). none and uniform run memdecay::sequence, the library's main class;
+/// lifetime and zscore run policies::memdecay behind the policy interface (basic_sequence supports only the
+/// first two; for those two both give the same victims, tests/policy_sequence_test.cpp).
 inline policy_entry memdecay_policy(attention_normalization mode, std::optional<double> alpha = {},
                                     std::optional<double> tau = {}, std::optional<double> beta = {}) {
-  const bool uniform = mode == attention_normalization::uniform;
-  const double a = alpha.value_or(1.0), t = tau.value_or(uniform ? 2.0 : 0.01), b = beta.value_or(0.9);
+  const bool zscore = mode == attention_normalization::zscore;
+  const double a = alpha.value_or(zscore ? 0.5 : 1.0);
+  const double t = tau.value_or(mode == attention_normalization::none ? 0.01 : 2.0), b = beta.value_or(0.9);
   policy_entry e;
   e.name = std::string("memdecay-") + to_string(mode);
   e.description = "MemDecay, " + std::string(to_string(mode)) + " normalisation (alpha " + memdecay::detail::to_text(a) +
@@ -160,7 +174,10 @@ inline policy_entry memdecay_policy(attention_normalization mode, std::optional<
     cfg.alpha = a;
     cfg.tau = t;
     cfg.ewma_beta = b;
-    return std::make_unique<sequence_runner<sequence>>(sequence(std::move(cfg)), total);
+    if (mode == attention_normalization::none || mode == attention_normalization::uniform)
+      return std::make_unique<sequence_runner<sequence>>(sequence(std::move(cfg)), total);
+    using seq_type = basic_policy_sequence<policies::memdecay, float>;
+    return std::make_unique<sequence_runner<seq_type>>(seq_type(std::move(cfg)), total);
   };
   return e;
 }
@@ -189,7 +206,8 @@ struct memdecay_options {
 /// Scissorhands' recent tokens) take the replay's recent_tokens, so every policy keeps the same recent pages.
 inline std::vector<policy_entry> all_policies(const memdecay_options& m, const protection_config& protection) {
   std::vector<policy_entry> all;
-  for (auto mode : {attention_normalization::none, attention_normalization::uniform})
+  for (auto mode : {attention_normalization::none, attention_normalization::uniform, attention_normalization::lifetime,
+                    attention_normalization::zscore})
     all.push_back(memdecay_policy(mode, m.alpha, m.tau, m.ewma_beta));
   const std::string recent = std::to_string(protection.recent_tokens);
   all.push_back(baseline_policy<policies::random>("uniformly random pages (seed 0)"));
