@@ -8,5 +8,6 @@
 #include "memdecay/simd/exp.hpp"
 #include "memdecay/simd/score_kernel.hpp"
 #include "memdecay/simd/select.hpp"
+#include "memdecay/simd/compact_state.hpp"
 
 #endif  // MEMDECAY_SIMD_SIMD_HPP
