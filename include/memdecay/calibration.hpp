@@ -710,10 +710,13 @@ inline std::optional<std::string> calibration::check() const {
       return (where + "base_priority = " + to_text(r.base_priority) + " (must be finite and >= 0)");
     if (!(r.decay_rate >= 0.0) || !std::isfinite(r.decay_rate))
       return (where + "decay_rate = " + to_text(r.decay_rate) + " (must be finite and >= 0)");
+    // A positive rate so small that ln 2 / rate overflows has no half-life the file can hold (found by fuzzing).
+    if (r.decay_rate > 0.0 && !std::isfinite(std::numbers::ln2 / r.decay_rate))
+      return (where + "decay_rate = " + to_text(r.decay_rate) + " (its half-life ln 2 / decay_rate overflows; use 0 for no decay)");
     if (auto e = check_fit(r.fit, where)) return e;
     if (r.calibrated()) {
       const double expected = std::numbers::ln2 / *r.fit.half_life;
-      if (!(std::abs(r.decay_rate - expected) <= 1e-9 * expected))
+      if (!std::isfinite(expected) || !(std::abs(r.decay_rate - expected) <= 1e-9 * expected))
         return (where + "decay_rate = " + to_text(r.decay_rate) + " disagrees with the fitted half_life = " +
                      to_text(*r.fit.half_life) + " (ln 2 / half_life = " + to_text(expected) + ")");
     }

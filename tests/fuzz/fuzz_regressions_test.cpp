@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Regression tests for the bugs the API fuzzer found (docs/reliability.md, "Found by fuzzing"). The inputs that
+// Regression tests for the bugs the fuzzers found (the API fuzzer, and the calibration-file loader's) (docs/reliability.md, "Found by fuzzing"). The inputs that
 // found them are in corpus/api (regression_*) and replay in every build; these tests state each bug directly.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <string>
 
 #include "memdecay/block_pool.hpp"
+#include "memdecay/calibration_file.hpp"
 #include "memdecay/sequence.hpp"
 
 namespace md = memdecay;
@@ -95,4 +96,41 @@ TEST(FuzzRegression, BlockPoolAppendThatOverflowsIsRejectedChangingNothing) {
   EXPECT_EQ(pool.num_tokens(2), 0u);
   pool.append_tokens(1, 14);  // ordinary appends still work
   EXPECT_EQ(pool.num_tokens(1), 32u);
+}
+
+// Found by the calibration fuzzer: a region whose decay_rate is a positive denormal (5e-324) has no finite
+// half-life (ln 2 / rate overflows). The reader compared |half_life - inf| <= 1e-9 * inf, which holds for ANY finite
+// half_life, so it accepted the file; the writer then wrote half_life = inf as null, a file the reader rejects.
+// calibration::check() now rejects such a rate (reader and writer alike), and a calibrated fit whose half-life is
+// so small that ln 2 / half_life overflows no longer "agrees" with every decay rate.
+TEST(FuzzRegression, CalibrationDecayRateWithoutAFiniteHalfLifeIsRejected) {
+  namespace cal = md::calibration;
+  cal::calibration c;
+  cal::region_calibration r;
+  r.name = "all";
+  r.fit.reason = "uncalibrated by default";
+  r.decay_rate = 5e-324;
+  c.regions = {r};
+  ASSERT_TRUE(c.check().has_value());
+  EXPECT_NE(c.check()->find("overflows"), std::string::npos) << *c.check();
+  EXPECT_THROW((void)cal::to_json(c), md::config_error);
+
+  c.regions[0].decay_rate = 0.0;
+  std::string text = cal::to_json(c);  // valid; now make the rate denormal and the half-life any finite value
+  text.replace(text.find("\"decay_rate\": 0.0"), 17, "\"decay_rate\": 5e-324");
+  text.replace(text.find("\"half_life\": null"), 17, "\"half_life\": 1.0");
+  const auto parsed = cal::parse(text);
+  ASSERT_FALSE(parsed.ok()) << text;
+  EXPECT_NE(parsed.error->find("overflows"), std::string::npos) << *parsed.error;
+
+  // A calibrated fit with a denormal half-life does not agree with decay_rate = 1.
+  cal::region_calibration fitted;
+  fitted.name = "all";
+  fitted.fit.status = cal::fit_status::calibrated;
+  fitted.fit.half_life = 5e-324;
+  fitted.fit.half_life_ci = cal::interval{5e-324, 5e-324};
+  fitted.decay_rate = 1.0;
+  c.regions = {fitted};
+  ASSERT_TRUE(c.check().has_value());
+  EXPECT_NE(c.check()->find("disagrees"), std::string::npos) << *c.check();
 }

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// ThreadSanitizer test of the documented concurrency of memdecay::manager and basic_sequence
+// (docs/reliability.md, "Thread safety"): build with -fsanitize=thread (tests/tsan/CMakeLists.txt).
+//
+// Every step of an engine loop, as the documentation allows it:
+//   1. one thread per group of sequences: each thread appends to and observes ONLY its own sequences, reached
+//      through manager::at(id) (a lookup, no change to the manager), while the other threads do the same to theirs;
+//   2. one thread (this one) does the manager-level mutations: advance_to, protect_tail_tokens;
+//   3. several threads run const queries at once on the same manager: select_global(), select(id), digest(),
+//      page_scores(), and all of them must get the same answer;
+//   4. one thread commits the global plan.
+// TSan reports any data race (the test fails with exit code 66); the test also checks that the threaded run made
+// exactly the decisions of the same calls made on one thread (decisions never depend on threads).
+// With the argument `race`, two threads feed the SAME sequence (what the documentation forbids), to show that
+// TSan catches it in this build (CTest manager_tsan_detects_a_race expects its report).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "memdecay/manager.hpp"
+
+namespace md = memdecay;
+
+namespace {
+
+constexpr int threads = 4;
+constexpr std::uint64_t sequences = 8;
+constexpr int steps = 40;
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "tsan_test: FAILED: %s\n", what);
+  std::exit(1);
+}
+
+md::config config_for(std::uint64_t id) {
+  md::config c;
+  c.page_size = 4;
+  c.budget = md::budget_config::pages(static_cast<double>(6 + id % 3), static_cast<double>(4 + id % 3));
+  return c;
+}
+
+// The work of one sequence in one step: a few tokens of a region, then an attention observation over every
+// resident token. Deterministic in (id, step).
+void feed(md::sequence& seq, std::uint64_t id, int step) {
+  seq.append(static_cast<md::region_id>(1 + (id + static_cast<std::uint64_t>(step)) % 6), 1 + (id + step) % 5);
+  std::vector<float> mass(seq.kv_len());
+  for (std::size_t i = 0; i < mass.size(); ++i)
+    mass[i] = static_cast<float>((i * 7 + id * 3 + static_cast<std::size_t>(step)) % 11) / 11.0f;
+  (void)seq.observe_tokens(mass);
+  (void)seq.select(2);  // a const query on one's own sequence between mutations
+}
+
+// Runs the loop; `threaded` spreads steps 1 and 3 over threads. Returns a digest of every decision.
+std::uint64_t run(bool threaded, bool race = false) {
+  md::manager mgr({.page_size = 4, .global = md::global_budget::pages(30, 24)});
+  for (std::uint64_t id = 0; id < sequences; ++id) mgr.open(id * 10, config_for(id));
+  md::detail::fnv1a64 decisions;
+  for (int step = 1; step <= steps; ++step) {
+    // 1. Each thread its own sequences.
+    auto own = [&](int t) {
+      if (race) {
+        feed(mgr.at(0), 0, step);  // every thread on sequence 0: a data race
+        return;
+      }
+      for (std::uint64_t id = static_cast<std::uint64_t>(t); id < sequences; id += threads) feed(mgr.at(id * 10), id, step);
+    };
+    if (threaded) {
+      std::vector<std::jthread> pool;
+      for (int t = 0; t < threads; ++t) pool.emplace_back(own, t);
+    } else {
+      for (int t = 0; t < threads; ++t) own(t);
+    }
+    // 2. Manager-level mutations: one thread.
+    mgr.advance_to(static_cast<md::step_t>(step));
+    mgr.protect_tail_tokens(10 * static_cast<std::uint64_t>(step % sequences), 3);
+    // 3. Concurrent const queries on the same manager: every thread must see the same plan.
+    const auto& cmgr = mgr;
+    std::vector<std::uint64_t> seen(threads);
+    auto query = [&](int t) {
+      const auto plan = cmgr.select_global(static_cast<std::size_t>(step % 3));
+      std::uint64_t h = plan.digest() ^ cmgr.digest();
+      for (std::uint64_t id : cmgr.ids()) {
+        h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
+      }
+      seen[static_cast<std::size_t>(t)] = h;
+    };
+    if (threaded) {
+      std::vector<std::jthread> pool;
+      for (int t = 0; t < threads; ++t) pool.emplace_back(query, t);
+    } else {
+      for (int t = 0; t < threads; ++t) query(t);
+    }
+    for (int t = 1; t < threads; ++t)
+      if (seen[static_cast<std::size_t>(t)] != seen[0]) fail("concurrent const queries disagree");
+    // 4. One thread commits.
+    const auto plan = mgr.select_global(static_cast<std::size_t>(step % 3));
+    decisions.add(plan.digest()).add(seen[0]);
+    mgr.commit(plan);
+  }
+  decisions.add(mgr.digest()).add(static_cast<std::uint64_t>(mgr.resident_pages()));
+  return decisions.value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "race") {
+    (void)run(true, true);
+    std::printf("tsan_test: the racy run ended without a report\n");
+    return 1;
+  }
+  const std::uint64_t serial = run(false);
+  const std::uint64_t threaded = run(true);
+  if (serial != threaded) fail("the threaded run made other decisions than the serial one");
+  std::printf("tsan_test: OK: %d threads, %llu sequences, %d steps, same decisions as one thread (%016llx)\n", threads,
+              static_cast<unsigned long long>(sequences), steps, static_cast<unsigned long long>(threaded));
+  return 0;
+}
