@@ -569,14 +569,12 @@ class kv_session {
   void forward(std::span<const std::int32_t> tokens, std::uint32_t first_pos, float* conv, float* pool_kv,
                std::size_t side_before, std::vector<std::vector<float>>* mass, float* logits) const {
     const auto& w = model_->weights();
-    const std::size_t n = tokens.size(), d = d_, H = H_, hd = hd_, k = k_;
+    const std::size_t n = tokens.size(), d = d_, hd = hd_, k = k_;
     const std::size_t f = static_cast<std::size_t>(model_->config().mlp_hidden);
     const std::size_t resident = resident_tokens();
     const std::size_t r_before = pool_kv ? resident - n : resident;
     const std::size_t side_total = pool_kv ? 0 : side_before + n;
     const auto table = pool_.block_table(sequence_id);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const float mass_share = 1.0f / static_cast<float>(H * n);
     const auto rows = static_cast<Eigen::Index>(n);
 
     grow(x_, n * d);
@@ -586,7 +584,7 @@ class kv_session {
     grow(qkv_, n * 3 * d);
     grow(att_, n * d);
     grow(u_, n * f);
-    grow(scores_, H * (resident + side_total));
+    grow(scores_, resident + side_total);
     if (!pool_kv) {
       if (side_kv_.size() < 2 * L_) side_kv_.resize(2 * L_);
       for (auto& buffer : side_kv_) grow(buffer, side_total * d);  // keeps the rows already written
@@ -624,49 +622,25 @@ class kv_session {
         std::copy(row + d, row + 2 * d, kdst);
         std::copy(row + 2 * d, row + 3 * d, vdst);
       }
-      std::fill(att_.data(), att_.data() + n * d, 0.0f);
-      const float* kv = pool_kv ? pool_kv : kv_.data();
-      const float* side_k = pool_kv ? nullptr : side_kv_[2 * l].data();
-      const float* side_v = pool_kv ? nullptr : side_kv_[2 * l + 1].data();
-      float* mass_row = mass ? (*mass)[l].data() : nullptr;
-      for (std::size_t t = 0; t < n; ++t) {
-        const float* q = qkv_.data() + t * 3 * d;
-        const std::size_t rq = pool_kv ? r_before + t + 1 : resident;  // resident tokens this query sees
-        const std::size_t sq = pool_kv ? 0 : side_before + t + 1;       // side tokens this query sees
-        const std::size_t cols = rq + sq;
-        float* sc = scores_.data();  // [head][column]
-        // Scores, reading K through the block table (block by block), then the side buffer.
-        for (std::size_t b = 0, i = 0; i < rq; ++b) {
-          const std::size_t slots = std::min(P_, rq - i);
-          const float* kb = kv + slab(static_cast<std::size_t>(table[b]), l, 0);
-          for (std::size_t s = 0; s < slots; ++s, ++i) {
-            const float* kr = kb + s * d;
-            for (std::size_t h = 0; h < H; ++h) sc[h * cols + i] = dot(q + h * hd, kr + h * hd, hd) * scale;
-          }
-        }
-        for (std::size_t s = 0; s < sq; ++s) {
-          const float* kr = side_k + s * d;
-          for (std::size_t h = 0; h < H; ++h) sc[h * cols + rq + s] = dot(q + h * hd, kr + h * hd, hd) * scale;
-        }
-        for (std::size_t h = 0; h < H; ++h) softmax(sc + h * cols, cols);
-        if (mass_row)
-          for (std::size_t h = 0; h < H; ++h) {
-            const float* p = sc + h * cols;
-            for (std::size_t i = 0; i < rq; ++i) mass_row[i] += p[i] * mass_share;
-          }
-        float* o = att_.data() + t * d;
-        for (std::size_t b = 0, i = 0; i < rq; ++b) {
-          const std::size_t slots = std::min(P_, rq - i);
-          const float* vb = kv + slab(static_cast<std::size_t>(table[b]), l, 1);
-          for (std::size_t s = 0; s < slots; ++s, ++i) {
-            const float* vr = vb + s * d;
-            for (std::size_t h = 0; h < H; ++h) axpy(sc[h * cols + i], vr + h * hd, o + h * hd, hd);
-          }
-        }
-        for (std::size_t s = 0; s < sq; ++s) {
-          const float* vr = side_v + s * d;
-          for (std::size_t h = 0; h < H; ++h) axpy(sc[h * cols + rq + s], vr + h * hd, o + h * hd, hd);
-        }
+      const attention_args args{l,
+                                n,
+                                table,
+                                pool_kv ? pool_kv : kv_.data(),
+                                pool_kv ? nullptr : side_kv_[2 * l].data(),
+                                pool_kv ? nullptr : side_kv_[2 * l + 1].data(),
+                                pool_kv != nullptr,
+                                r_before,
+                                resident,
+                                side_before,
+                                mass ? (*mass)[l].data() : nullptr};
+      switch (hd) {  // fixed head sizes keep a head's query and output in registers
+        case 16: attention<16>(args); break;
+        case 32: attention<32>(args); break;
+        case 48: attention<48>(args); break;
+        case 64: attention<64>(args); break;
+        case 96: attention<96>(args); break;
+        case 128: attention<128>(args); break;
+        default: attention<Eigen::Dynamic>(args); break;
       }
       Eigen::Map<matrix>(x_.data(), rows, static_cast<Eigen::Index>(d)).noalias() +=
           Eigen::Map<const matrix>(att_.data(), rows, static_cast<Eigen::Index>(d)) * lw.wo.transpose();
@@ -675,20 +649,68 @@ class kv_session {
     model_->final_logits(x_.data() + (n - 1) * d, h_.data(), logits);
   }
 
-  static float dot(const float* a, const float* b, std::size_t n) noexcept {
-    return Eigen::Map<const Eigen::VectorXf>(a, static_cast<Eigen::Index>(n))
-        .dot(Eigen::Map<const Eigen::VectorXf>(b, static_cast<Eigen::Index>(n)));
-  }
-  static void axpy(float s, const float* x, float* y, std::size_t n) noexcept {
-    Eigen::Map<Eigen::VectorXf>(y, static_cast<Eigen::Index>(n)) +=
-        s * Eigen::Map<const Eigen::VectorXf>(x, static_cast<Eigen::Index>(n));
-  }
-  static void softmax(float* x, std::size_t n) noexcept {
-    float mx = -std::numeric_limits<float>::infinity();
-    for (std::size_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
-    float sum = 0;
-    for (std::size_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - mx));
-    for (std::size_t i = 0; i < n; ++i) x[i] /= sum;
+  struct attention_args {
+    std::size_t layer, n;
+    std::span<const std::int32_t> table;
+    const float *kv, *side_k, *side_v;
+    bool pooled;  // append: the chunk is the pool's last n tokens; answer: it is the side buffer's last n
+    std::size_t r_before, resident, side_before;
+    float* mass;  // the layer's mass row (append) or null
+  };
+
+  // Attention of the chunk's n queries (rows of qkv_, RoPE applied) over the resident tokens, read through the
+  // block table, and the side buffer; writes the merged heads to att_ and adds each query's probabilities,
+  // divided by heads * n, to the mass row. Scores, probabilities and the weighted sum run one head at a time.
+  template <int HD>
+  void attention(const attention_args& a) const {
+    using vec = Eigen::Matrix<float, HD, 1>;
+    using cmap = Eigen::Map<const vec>;
+    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer;
+    const auto hdi = static_cast<Eigen::Index>(hd);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float share = 1.0f / static_cast<float>(H * n);
+    for (std::size_t t = 0; t < n; ++t) {
+      const float* q = qkv_.data() + t * 3 * d;
+      float* o = att_.data() + t * d;
+      const std::size_t rq = a.pooled ? a.r_before + t + 1 : a.resident;  // resident tokens this query sees
+      const std::size_t sq = a.pooled ? 0 : a.side_before + t + 1;         // side tokens this query sees
+      float* sc = scores_.data();
+      for (std::size_t h = 0; h < H; ++h) {
+        const std::size_t off = h * hd;
+        auto run = [&](const auto& qh, auto acc) {  // acc by value: kept in registers
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::size_t b = 0, i = 0; i < rq; ++b) {
+            const std::size_t slots = std::min(P_, rq - i);
+            const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + off;
+            for (std::size_t s = 0; s < slots; ++s, ++i) mx = std::max(mx, sc[i] = qh.dot(cmap(kb + s * d, hdi)) * scale);
+          }
+          for (std::size_t s = 0; s < sq; ++s)
+            mx = std::max(mx, sc[rq + s] = qh.dot(cmap(a.side_k + s * d + off, hdi)) * scale);
+          const std::size_t cols = rq + sq;
+          float sum = 0;
+          for (std::size_t i = 0; i < cols; ++i) sum += (sc[i] = std::exp(sc[i] - mx));
+          for (std::size_t i = 0; i < cols; ++i) sc[i] /= sum;
+          if (a.mass)
+            for (std::size_t i = 0; i < rq; ++i) a.mass[i] += sc[i] * share;
+          for (std::size_t b = 0, i = 0; i < rq; ++b) {
+            const std::size_t slots = std::min(P_, rq - i);
+            const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + off;
+            for (std::size_t s = 0; s < slots; ++s, ++i) acc.noalias() += sc[i] * cmap(vb + s * d, hdi);
+          }
+          for (std::size_t s = 0; s < sq; ++s) acc.noalias() += sc[rq + s] * cmap(a.side_v + s * d + off, hdi);
+          return acc;
+        };
+        if constexpr (HD == Eigen::Dynamic) {
+          const Eigen::Map<const Eigen::VectorXf> qh(q + off, hdi);
+          Eigen::Map<Eigen::VectorXf> acc(o + off, hdi);
+          acc.setZero();
+          run(qh, acc);
+        } else {
+          const vec qh = cmap(q + off);
+          Eigen::Map<vec>(o + off) = run(qh, vec::Zero().eval());
+        }
+      }
+    }
   }
 
   const tiny_lm* model_;
