@@ -8,6 +8,10 @@
 //   <pass>/eigen/<n>            an Eigen 3.4 array expression (vectorised exp), in cache-sized chunks
 //   <pass>/roofline/<n>         the simd kernel with the exp and region math removed (same loads, stores,
 //                               page sums; fused keeps the EWMA update): the memory/loop floor
+//   <pass>/expfree/<n>          the exp-free kernels (simd/expfree.hpp): f_r(now) * w_i per token, per-step
+//                               tables and the amortised rebase included (one step per iteration)
+//   <pass>/expfree_roofline/<n> the exp-free kernel's loads and stores (w and masked clock/weight stores) with
+//                               the per-token math removed
 // <pass> is `score` (score-only) or `fused` (observe + score). n = tokens; pages of 16; float. Items are
 // tokens; bytes are the state traffic per token (score 9 + 0.25, fused 21 + 0.25).
 // Speed claims are ratios between rows of one run (docs/benchmarks.md, bench/run_benchmarks.py).
@@ -38,6 +42,10 @@ namespace {
 constexpr std::size_t kPage = 16;
 constexpr double kScoreBytes = 9.0 + 4.0 / kPage;
 constexpr double kFusedBytes = 21.0 + 4.0 / kPage;
+// exp-free: score reads region 1, w 4, EWMA 4; fused reads region, w, EWMA, mass (13) and writes EWMA 4 and, where
+// refreshed, the clock and w (masked stores). Counted: the bytes every token moves (13 + 4 + 4 for w written).
+constexpr double kExpfreeScoreBytes = 9.0 + 4.0 / kPage;
+constexpr double kExpfreeFusedBytes = 21.0 + 4.0 / kPage;
 
 /// One workload: a state of n tokens of the default regions, clocks spread over the last 4000 steps, EWMA and
 /// an observation (uniform normalisation, a quarter of the tokens above tau).
@@ -48,6 +56,11 @@ struct workload {
   ms::region_lut<float> lut{table};
   md::observation_params<float> obs{};
   float alpha = 1.0f;
+  // exp-free: the weights beside the state, and its clock (epoch at span() steps before now, so a benchmark
+  // iteration that moves it one step forward reaches a rebase after span() iterations, as an engine would).
+  std::vector<float> w;
+  ms::expfree_clock<float> clock{lut};
+  std::size_t steps_since_rebase = 0;
 
   explicit workload(std::size_t n) {
     std::uint64_t x = 12345;
@@ -70,6 +83,18 @@ struct workload {
     }
     out.resize(state.num_pages());
     obs = {0.9f, 1.0f, static_cast<float>(n)};
+    w.resize(n);
+    ms::reset_expfree(state, clock, std::span<float>(w));
+  }
+  /// One engine step of the exp-free formulation at a fixed state clock: the per-step tables, and every span()
+  /// steps a rebase (the same epoch, so the weights stay valid and every variant sees the same data).
+  void expfree_step() {
+    if (++steps_since_rebase >= clock.span()) {
+      steps_since_rebase = 0;
+      ms::reset_expfree(state, clock, std::span<float>(w));
+    } else {
+      clock.set(clock.epoch(), state.now());
+    }
   }
   baselines::score_args score_args() {
     return {state.regions().data(), state.last_refresh().data(), state.ewma().data(), state.kv_len(),
@@ -230,9 +255,65 @@ std::size_t fused_roofline(workload& w) {
   return vobs.refreshed + sobs.refreshed;
 }
 
+// --- exp-free roofline: the exp-free kernels' loads and stores (region byte, w, EWMA; fused adds mass, the EWMA
+// store and the masked clock / weight stores) with the per-token math reduced to adds. ---------------------------
+template <class P>
+MEMDECAY_SIMD_INLINE typename P::reg light_w(const typename P::table& t, const md::region_id* r, typename P::reg w,
+                                             typename P::reg ew) {
+  return P::add(P::add(ew, w), P::template lookup<true>(t, r));
+}
+void score_expfree_roofline(workload& w) {
+  const md::region_id* r = w.state.regions().data();
+  const float* wt = w.w.data();
+  const float* ew = w.state.ewma().data();
+  const auto vt = NP::make_table(w.lut.base());
+  const auto st = SP::make_table(w.lut.base());
+  ms::detail::page_loop<NP, kPage>(
+      w.state.kv_len(), kPage, w.out.data(),
+      [&](std::size_t i) { return light_w<NP>(vt, r + i, NP::load(wt + i), NP::load(ew + i)); },
+      [&](std::size_t i) { return light_w<SP>(st, r + i, SP::load(wt + i), SP::load(ew + i)); });
+}
+template <class P>
+struct light_fused {
+  typename P::reg scale, beta, omb, tau;
+  md::step_t now;
+  std::size_t refreshed = 0;
+  explicit light_fused(const md::observation_params<float>& o, md::step_t t)
+      : scale(P::set1(o.scale)), beta(P::set1(o.beta)), omb(P::set1(1.0f - o.beta)), tau(P::set1(o.tau)), now(t) {}
+  MEMDECAY_SIMD_INLINE typename P::reg operator()(const typename P::table& t, const md::region_id* r, md::step_t* lr,
+                                                  float* wt, float* ew, const float* mass) {
+    const auto x = P::mul(scale, P::load(mass));
+    const auto a = P::add(P::mul(beta, P::load(ew)), P::mul(omb, x));
+    const auto hit = P::gt(x, tau);
+    P::store(ew, a);
+    ms::detail::store_u32_where<P>(lr, hit, now);
+    const auto g = P::template lookup<true>(t, r);
+    const auto wn = P::blend(P::load(wt), g, hit);
+    ms::detail::store_where<P>(wt, hit, g, wn);
+    refreshed += P::popcount(hit);
+    return P::add(a, wn);
+  }
+};
+std::size_t fused_expfree_roofline(workload& w) {
+  const md::region_id* r = w.state.regions().data();
+  md::step_t* lr = w.state.last_refresh_mut().data();
+  float* wt = w.w.data();
+  float* ew = w.state.ewma_mut().data();
+  const float* mass = w.mass.data();
+  const auto vt = NP::make_table(w.lut.base());
+  const auto st = SP::make_table(w.lut.base());
+  light_fused<NP> vf(w.obs, w.state.now());
+  light_fused<SP> sf(w.obs, w.state.now());
+  ms::detail::page_loop<NP, kPage>(
+      w.state.kv_len(), kPage, w.out.data(),
+      [&](std::size_t i) { return vf(vt, r + i, lr + i, wt + i, ew + i, mass + i); },
+      [&](std::size_t i) { return sf(st, r + i, lr + i, wt + i, ew + i, mass + i); });
+  return vf.refreshed + sf.refreshed;
+}
+
 // --- benchmark bodies ---------------------------------------------------------------------------------------
 template <class F>
-void run_score(benchmark::State& st, F&& kernel) {
+void run_score(benchmark::State& st, F&& kernel, double bytes = kScoreBytes) {
   const auto n = static_cast<std::size_t>(st.range(0));
   auto& w = data(n);
   for (auto _ : st) {
@@ -240,10 +321,10 @@ void run_score(benchmark::State& st, F&& kernel) {
     benchmark::DoNotOptimize(w.out.data());
     benchmark::ClobberMemory();
   }
-  finish(st, n, kScoreBytes);
+  finish(st, n, bytes);
 }
 template <class F>
-void run_fused(benchmark::State& st, F&& kernel) {
+void run_fused(benchmark::State& st, F&& kernel, double bytes = kFusedBytes) {
   const auto n = static_cast<std::size_t>(st.range(0));
   auto& w = data(n);
   std::size_t refreshed = 0;
@@ -253,7 +334,7 @@ void run_fused(benchmark::State& st, F&& kernel) {
     benchmark::ClobberMemory();
   }
   benchmark::DoNotOptimize(refreshed);
-  finish(st, n, kFusedBytes);
+  finish(st, n, bytes);
 }
 
 void register_all() {
@@ -292,6 +373,28 @@ void register_all() {
   add("score/roofline", [](benchmark::State& st) {
     run_score(st, [](workload& w) { score_roofline(w); });
   });
+  add("score/expfree", [](benchmark::State& st) {
+    run_score(
+        st,
+        [](workload& w) {
+          w.expfree_step();
+          ms::page_scores_expfree(w.state, std::span<const float>(w.w), w.clock, w.alpha, std::span<float>(w.out));
+        },
+        kExpfreeScoreBytes);
+  });
+  add("score/expfree_scalar_isa", [](benchmark::State& st) {
+    run_score(
+        st,
+        [](workload& w) {
+          w.expfree_step();
+          ms::page_scores_expfree<ms::isa::scalar>(w.state, std::span<const float>(w.w), w.clock, w.alpha,
+                                                   std::span<float>(w.out));
+        },
+        kExpfreeScoreBytes);
+  });
+  add("score/expfree_roofline", [](benchmark::State& st) {
+    run_score(st, [](workload& w) { score_expfree_roofline(w); }, kExpfreeScoreBytes);
+  });
   // fused observe + score
   add("fused/simd", [](benchmark::State& st) {
     run_fused(st, [](workload& w) {
@@ -324,6 +427,30 @@ void register_all() {
   });
   add("fused/roofline", [](benchmark::State& st) {
     run_fused(st, [](workload& w) { return fused_roofline(w); });
+  });
+  add("fused/expfree", [](benchmark::State& st) {
+    run_fused(
+        st,
+        [](workload& w) {
+          w.expfree_step();
+          return ms::observe_and_score_expfree(w.state, std::span<float>(w.w), std::span<const float>(w.mass), w.obs,
+                                               w.clock, w.alpha, std::span<float>(w.out));
+        },
+        kExpfreeFusedBytes);
+  });
+  add("fused/expfree_scalar_isa", [](benchmark::State& st) {
+    run_fused(
+        st,
+        [](workload& w) {
+          w.expfree_step();
+          return ms::observe_and_score_expfree<ms::isa::scalar>(w.state, std::span<float>(w.w),
+                                                                std::span<const float>(w.mass), w.obs, w.clock,
+                                                                w.alpha, std::span<float>(w.out));
+        },
+        kExpfreeFusedBytes);
+  });
+  add("fused/expfree_roofline", [](benchmark::State& st) {
+    run_fused(st, [](workload& w) { return fused_expfree_roofline(w); }, kExpfreeFusedBytes);
   });
   for (auto n : sizes)
     for (const auto& [name, fn] : variants) benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);

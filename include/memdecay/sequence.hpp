@@ -36,6 +36,7 @@
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
 #include "memdecay/sequence_state.hpp"
+#include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/score_kernel.hpp"
 #include "memdecay/simd/select.hpp"
 
@@ -72,10 +73,11 @@ class basic_sequence {
 
   /// Validates `cfg` (config_error naming the field) and starts an empty sequence at step 0.
   explicit basic_sequence(config cfg) : config_(validated(std::move(cfg))), regions_(config_.effective_regions()),
-                                        state_(config_.page_size), lut_(regions_) {
+                                        state_(config_.page_size), lut_(regions_), clock_(lut_) {
     alpha_ = static_cast<Float>(config_.alpha);
     params_.beta = static_cast<Float>(config_.effective_beta());
     params_.tau = static_cast<Float>(config_.tau);
+    clock_.set(0, 0);
   }
 
   // --- read-only views ---------------------------------------------------------------------------------------
@@ -105,17 +107,26 @@ class basic_sequence {
   /// Appends run-length spans. input_error (appending nothing) if any span names an unknown region.
   void append(std::span<const region_span> spans) {
     detail::check_region_spans(regions_, spans);
+    std::size_t total = 0;
+    for (const auto& s : spans) total += s.count;
+    reserve_weights(total);  // may throw: nothing changed so far
     state_.append(spans);
+    append_weights();
   }
   /// Appends one token per label. input_error (appending nothing) if any label is an unknown region.
   void append_tokens(std::span<const region_id> labels) {
     detail::check_region_labels(regions_, labels);
+    reserve_weights(labels.size());
     state_.append(labels);
+    append_weights();
   }
 
   // --- clock -------------------------------------------------------------------------------------------------
   /// Moves the logical clock forward (input_error if backwards). Decay follows the clock, observed or not.
-  void advance_to(step_t step) { state_.advance_to(step); }
+  void advance_to(step_t step) {
+    state_.advance_to(step);
+    if (expfree_) simd::advance_expfree(state_, clock_, std::span<Float>(weights_));
+  }
 
   // --- attention ---------------------------------------------------------------------------------------------
   /// Observes per-token mass over the resident tokens, in page order. Returns how many tokens were refreshed.
@@ -147,6 +158,28 @@ class basic_sequence {
   }
 
   // --- scores ------------------------------------------------------------------------------------------------
+  /// Opt-in: score with the exp-free kernel (simd/expfree.hpp: a decay term is a per-step region factor times a
+  /// per-token weight kept beside the state; no exponential per token except at a rebase every few hundred steps).
+  /// Returns whether it is on: false when `on` is false or the region table is outside the exp-free domain
+  /// (expfree_clock::usable()). Each decay term is then within 1.5 ulp of its exact value (float; docs/simd.md), the
+  /// polynomial kernel's 2 ulp otherwise: the two agree to within the scorer's tolerance, not bit for bit, so a
+  /// sequence that opts in may pick a different victim than policy_sequence<policies::memdecay> (which scores
+  /// with the polynomial kernel) when two pages' scores are within that tolerance. Off by default for that reason.
+  /// Costs one Float per resident token. Strong guarantee (allocation is the only step that may throw).
+  bool use_expfree_scores(bool on = true) {
+    if (on && clock_.usable()) {
+      weights_.resize(kv_len());
+      simd::reset_expfree(state_, clock_, std::span<Float>(weights_));
+      expfree_ = true;
+    } else {
+      expfree_ = false;
+      weights_ = {};
+    }
+    scores_generation_ = ~std::uint64_t{0};  // cached scores came from the other kernel
+    return expfree_;
+  }
+  /// Whether page scores come from the exp-free kernel (use_expfree_scores()).
+  [[nodiscard]] bool expfree_scores() const noexcept { return expfree_; }
   /// The score terms of resident token `index`.
   [[nodiscard]] score_terms<Float> token_terms(std::size_t index) const noexcept {
     return token_score_terms(regions_, state_.regions()[index], state_.last_refresh()[index], now(), alpha_,
@@ -225,6 +258,7 @@ class basic_sequence {
   void commit(const plan_type& plan) {
     check_plan(plan);
     state_.remove_pages(plan.pages);
+    remove_weight_pages(plan.pages);
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
   /// changing neither, if the plan is stale or the table disagrees with the state (page size, page count).
@@ -236,9 +270,11 @@ class basic_sequence {
     if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
       table.remove_pages(seq, plan.pages);  // may throw: the state is untouched so far
       state_.remove_pages(plan.pages);      // cannot fail: check_plan validated the same indices
+      remove_weight_pages(plan.pages);
     } else {
       auto released = table.remove_pages(seq, plan.pages);
       state_.remove_pages(plan.pages);
+      remove_weight_pages(plan.pages);
       return released;
     }
   }
@@ -259,16 +295,23 @@ class basic_sequence {
     detail::check_scaled_finite(mass, normalization_scale<Float>(config_.normalization, kv_len()));
   }
   // The observation is observe_tokens_reference itself, so the EWMA bits are the reference's however the
-  // compiler contracts its a*b + c*d (with -march=native GCC fuses it into an FMA, the SIMD fused pass does not):
-  // policies and ranks that replay the reference agree bit for bit. The page scores of the new state come from
-  // the SIMD scorer and are kept in scores_, which page_scores() and select() reuse until the next mutation (any
-  // mutation bumps the generation).
+  // compiler contracts its a*b + c*d (with -march=native GCC fuses it into an FMA; the fused kernels' bits then
+  // depend on how it contracts their intrinsics): policies and ranks that replay the reference agree bit for bit.
+  // The page scores of the new state come from the exp-free scorer (simd/expfree.hpp: one sweep that also sets
+  // the weights of the tokens refreshed now), or from the polynomial-exp scorer when the region table is outside
+  // the exp-free domain, and are kept in scores_, which page_scores() and select() reuse until the next mutation
+  // (any mutation bumps the generation).
   std::size_t apply(std::span<const Float> mass) {
     scores_.resize(num_pages());  // the only step that may throw: the state is untouched so far
     params_.scale = normalization_scale<Float>(config_.normalization, kv_len());
     const std::size_t refreshed =
         observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
-    simd::page_scores(state_, lut_, alpha_, std::span<Float>(scores_));
+    if (expfree_)
+      simd::sync_and_score_expfree<simd::native_isa, PageSize>(
+          state_.regions().data(), state_.last_refresh().data(), weights_.data(), state_.ewma().data(), kv_len(),
+          page_size(), clock_, alpha_, scores_.data());
+    else
+      simd::page_scores(state_, lut_, alpha_, std::span<Float>(scores_));
     state_.touch();
     scores_generation_ = state_.generation();
     return refreshed;
@@ -277,8 +320,37 @@ class basic_sequence {
   void fill_page_scores(std::span<Float> out) const noexcept {
     if (scores_generation_ == state_.generation() && scores_.size() == out.size())
       std::copy(scores_.begin(), scores_.end(), out.begin());
+    else if (expfree_)
+      simd::page_scores_expfree(state_, std::span<const Float>(weights_), clock_, alpha_, out);
     else
       simd::page_scores(state_, lut_, alpha_, out);
+  }
+  // The exp-free weights (one per resident token, in page order) follow every change of the token arrays: new
+  // tokens are refreshed now (w = g_r(now)), evicted pages leave with their tokens, the clock rebases them.
+  void reserve_weights(std::size_t extra) {
+    if (expfree_) weights_.reserve(kv_len() + extra);
+  }
+  void append_weights() noexcept {
+    if (!expfree_) return;
+    const std::size_t first = weights_.size();
+    weights_.resize(kv_len());  // within the reserved capacity: cannot throw
+    simd::refresh_weights(state_.regions().data(), first, kv_len(), clock_, weights_.data());
+  }
+  void remove_weight_pages(std::span<const std::size_t> pages) noexcept {
+    if (!expfree_ || pages.empty()) return;
+    const std::size_t P = page_size(), old_len = weights_.size();
+    std::size_t write_page = pages.front(), next_victim = 0;
+    for (std::size_t read_page = pages.front(); read_page * P < old_len; ++read_page) {
+      if (next_victim < pages.size() && pages[next_victim] == read_page) {
+        ++next_victim;
+        continue;
+      }
+      const std::size_t n = std::min(P, old_len - read_page * P);
+      std::copy_n(weights_.begin() + static_cast<std::ptrdiff_t>(read_page * P), n,
+                  weights_.begin() + static_cast<std::ptrdiff_t>(write_page * P));
+      ++write_page;
+    }
+    weights_.resize(kv_len());
   }
   void check_plan(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, config_.protection); }
 
@@ -288,6 +360,9 @@ class basic_sequence {
   Float alpha_{};
   observation_params<Float> params_{};
   simd::region_lut<Float> lut_;                 ///< regions_ in the SIMD kernel's layout
+  simd::expfree_clock<Float> clock_;            ///< exp-free factors f_r, g_r at now() and the epoch
+  bool expfree_ = false;                        ///< the region table is in the exp-free domain
+  std::vector<Float> weights_;                  ///< exp-free w_i, one per resident token
   std::vector<Float> scores_;                   ///< page scores left by the last fused observation ...
   std::uint64_t scores_generation_ = ~std::uint64_t{0};  ///< ... valid while the state is at this generation
 };

@@ -64,6 +64,8 @@ struct packet<Float, isa::scalar> {
   static MEMDECAY_SIMD_INLINE reg zero() noexcept { return Float{0}; }
   static MEMDECAY_SIMD_INLINE reg load(const Float* p) noexcept { return *p; }
   static MEMDECAY_SIMD_INLINE void store(Float* p, reg v) noexcept { *p = v; }
+  /// Stores the lane rounded to float.
+  static MEMDECAY_SIMD_INLINE void store_float(float* p, reg v) noexcept { *p = static_cast<float>(v); }
   static MEMDECAY_SIMD_INLINE reg add(reg a, reg b) noexcept { return a + b; }
   static MEMDECAY_SIMD_INLINE reg sub(reg a, reg b) noexcept { return a - b; }
   static MEMDECAY_SIMD_INLINE reg mul(reg a, reg b) noexcept { return a * b; }
@@ -94,6 +96,17 @@ struct packet<Float, isa::scalar> {
   static MEMDECAY_SIMD_INLINE reg age(ureg lr, step_t now) noexcept { return static_cast<Float>(now - lr); }
   static MEMDECAY_SIMD_INLINE mask gt(reg a, reg b) noexcept { return a > b; }
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept { return m ? b : a; }
+  /// b where m, else a (the exp-free kernels' refresh blend).
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept { return m ? b : a; }
+  /// The lanes whose clock equals `now`.
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept { return a == now; }
+  /// Stores v where m (masked stores: only lanes that change are written).
+  static MEMDECAY_SIMD_INLINE void masked_store(Float* p, mask m, reg v) noexcept {
+    if (m) *p = v;
+  }
+  static MEMDECAY_SIMD_INLINE void masked_store_u32(std::uint32_t* p, mask m, std::uint32_t v) noexcept {
+    if (m) *p = v;
+  }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept { return m ? 1u : 0u; }
   static MEMDECAY_SIMD_INLINE table make_table(const Float* t256) noexcept { return {t256}; }
   template <bool Small>
@@ -166,6 +179,12 @@ struct packet<float, isa::sse> {
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept {
     return detail::sse_blend(a, _mm_set1_epi32(static_cast<int>(b)), _mm_castps_si128(m));
   }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept {
+    return _mm_or_ps(_mm_and_ps(m, b), _mm_andnot_ps(m, a));
+  }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    return _mm_castsi128_ps(_mm_cmpeq_epi32(a, _mm_set1_epi32(static_cast<int>(now))));
+  }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(_mm_movemask_ps(m))));
   }
@@ -193,6 +212,10 @@ struct packet<double, isa::sse> {
   static MEMDECAY_SIMD_INLINE reg zero() noexcept { return _mm_setzero_pd(); }
   static MEMDECAY_SIMD_INLINE reg load(const double* p) noexcept { return _mm_loadu_pd(p); }
   static MEMDECAY_SIMD_INLINE void store(double* p, reg v) noexcept { _mm_storeu_pd(p, v); }
+  /// Stores the lanes rounded to float (lanes floats at p).
+  static MEMDECAY_SIMD_INLINE void store_float(float* p, reg v) noexcept {
+    _mm_storel_pi(reinterpret_cast<__m64*>(p), _mm_cvtpd_ps(v));
+  }
   static MEMDECAY_SIMD_INLINE reg add(reg a, reg b) noexcept { return _mm_add_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg sub(reg a, reg b) noexcept { return _mm_sub_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg mul(reg a, reg b) noexcept { return _mm_mul_pd(a, b); }
@@ -230,6 +253,13 @@ struct packet<double, isa::sse> {
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept {
     const __m128i m32 = _mm_shuffle_epi32(_mm_castpd_si128(m), _MM_SHUFFLE(3, 3, 2, 0));  // 64-bit -> 32-bit lanes
     return detail::sse_blend(a, _mm_set1_epi32(static_cast<int>(b)), m32);
+  }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept {
+    return _mm_or_pd(_mm_and_pd(m, b), _mm_andnot_pd(m, a));
+  }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    const __m128i e = _mm_cmpeq_epi32(a, _mm_set1_epi32(static_cast<int>(now)));
+    return _mm_castsi128_pd(_mm_unpacklo_epi32(e, e));  // 32-bit lanes 0, 1 -> 64-bit lanes
   }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(_mm_movemask_pd(m))));
@@ -310,6 +340,10 @@ struct packet<float, isa::avx2> {
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept {
     return _mm256_blendv_epi8(a, _mm256_set1_epi32(static_cast<int>(b)), _mm256_castps_si256(m));
   }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept { return _mm256_blendv_ps(a, b, m); }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(a, _mm256_set1_epi32(static_cast<int>(now))));
+  }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(_mm256_movemask_ps(m))));
   }
@@ -338,6 +372,7 @@ struct packet<double, isa::avx2> {
   static MEMDECAY_SIMD_INLINE reg zero() noexcept { return _mm256_setzero_pd(); }
   static MEMDECAY_SIMD_INLINE reg load(const double* p) noexcept { return _mm256_loadu_pd(p); }
   static MEMDECAY_SIMD_INLINE void store(double* p, reg v) noexcept { _mm256_storeu_pd(p, v); }
+  static MEMDECAY_SIMD_INLINE void store_float(float* p, reg v) noexcept { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
   static MEMDECAY_SIMD_INLINE reg add(reg a, reg b) noexcept { return _mm256_add_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg sub(reg a, reg b) noexcept { return _mm256_sub_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg mul(reg a, reg b) noexcept { return _mm256_mul_pd(a, b); }
@@ -377,6 +412,11 @@ struct packet<double, isa::avx2> {
     const __m256i packed =
         _mm256_permutevar8x32_epi32(_mm256_castpd_si256(m), _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
     return _mm_blendv_epi8(a, _mm_set1_epi32(static_cast<int>(b)), _mm256_castsi256_si128(packed));
+  }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept { return _mm256_blendv_pd(a, b, m); }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    const __m128i e = _mm_cmpeq_epi32(a, _mm_set1_epi32(static_cast<int>(now)));
+    return _mm256_castsi256_pd(_mm256_cvtepi32_epi64(e));  // sign-extends: all-ones 64-bit lanes
   }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(_mm256_movemask_pd(m))));
@@ -461,6 +501,14 @@ struct packet<float, isa::avx512> {
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept {
     return _mm512_mask_mov_epi32(a, m, _mm512_set1_epi32(static_cast<int>(b)));
   }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept { return _mm512_mask_mov_ps(a, m, b); }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    return _mm512_cmpeq_epi32_mask(a, _mm512_set1_epi32(static_cast<int>(now)));
+  }
+  static MEMDECAY_SIMD_INLINE void masked_store(float* p, mask m, reg v) noexcept { _mm512_mask_storeu_ps(p, m, v); }
+  static MEMDECAY_SIMD_INLINE void masked_store_u32(std::uint32_t* p, mask m, std::uint32_t v) noexcept {
+    _mm512_mask_storeu_epi32(p, m, _mm512_set1_epi32(static_cast<int>(v)));
+  }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));
   }
@@ -491,6 +539,7 @@ struct packet<double, isa::avx512> {
   static MEMDECAY_SIMD_INLINE reg zero() noexcept { return _mm512_setzero_pd(); }
   static MEMDECAY_SIMD_INLINE reg load(const double* p) noexcept { return _mm512_loadu_pd(p); }
   static MEMDECAY_SIMD_INLINE void store(double* p, reg v) noexcept { _mm512_storeu_pd(p, v); }
+  static MEMDECAY_SIMD_INLINE void store_float(float* p, reg v) noexcept { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
   static MEMDECAY_SIMD_INLINE reg add(reg a, reg b) noexcept { return _mm512_add_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg sub(reg a, reg b) noexcept { return _mm512_sub_pd(a, b); }
   static MEMDECAY_SIMD_INLINE reg mul(reg a, reg b) noexcept { return _mm512_mul_pd(a, b); }
@@ -537,6 +586,14 @@ struct packet<double, isa::avx512> {
   static MEMDECAY_SIMD_INLINE mask gt(reg a, reg b) noexcept { return _mm512_cmp_pd_mask(a, b, _CMP_GT_OQ); }
   static MEMDECAY_SIMD_INLINE ureg blend_u32(ureg a, std::uint32_t b, mask m) noexcept {
     return _mm256_mask_mov_epi32(a, m, _mm256_set1_epi32(static_cast<int>(b)));
+  }
+  static MEMDECAY_SIMD_INLINE reg blend(reg a, reg b, mask m) noexcept { return _mm512_mask_mov_pd(a, m, b); }
+  static MEMDECAY_SIMD_INLINE mask eq_u32(ureg a, std::uint32_t now) noexcept {
+    return _mm256_cmpeq_epi32_mask(a, _mm256_set1_epi32(static_cast<int>(now)));
+  }
+  static MEMDECAY_SIMD_INLINE void masked_store(double* p, mask m, reg v) noexcept { _mm512_mask_storeu_pd(p, m, v); }
+  static MEMDECAY_SIMD_INLINE void masked_store_u32(std::uint32_t* p, mask m, std::uint32_t v) noexcept {
+    _mm256_mask_storeu_epi32(p, m, _mm256_set1_epi32(static_cast<int>(v)));
   }
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));

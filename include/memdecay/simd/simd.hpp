@@ -7,6 +7,7 @@
 #include "memdecay/simd/packet.hpp"
 #include "memdecay/simd/exp.hpp"
 #include "memdecay/simd/score_kernel.hpp"
+#include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/select.hpp"
 #include "memdecay/simd/compact_state.hpp"
 
