@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -351,6 +352,10 @@ struct recorder {
     }
     EXPECT_LE(worst_logit, logit_tolerance);
     EXPECT_LE(worst_mass, mass_tolerance);
+    std::printf("[ %s, page %zu ] %zu steps vs the dense reference: max logit difference %.2e, max mass difference "
+                "%.2e\n",
+                m.name().c_str(), session.page_size(), steps.size(), static_cast<double>(worst_logit),
+                static_cast<double>(worst_mass));
   }
 };
 

@@ -34,6 +34,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -584,7 +585,8 @@ class kv_session {
     grow(qkv_, n * 3 * d);
     grow(att_, n * d);
     grow(u_, n * f);
-    grow(scores_, resident + side_total);
+    grow(scores_, n * (resident + side_total));
+    grow(acc_, n * hd);
     if (!pool_kv) {
       if (side_kv_.size() < 2 * L_) side_kv_.resize(2 * L_);
       for (auto& buffer : side_kv_) grow(buffer, side_total * d);  // keeps the rows already written
@@ -634,13 +636,11 @@ class kv_session {
                                 side_before,
                                 mass ? (*mass)[l].data() : nullptr};
       switch (hd) {  // fixed head sizes keep a head's query and output in registers
-        case 16: attention<16>(args); break;
-        case 32: attention<32>(args); break;
-        case 48: attention<48>(args); break;
-        case 64: attention<64>(args); break;
-        case 96: attention<96>(args); break;
-        case 128: attention<128>(args); break;
-        default: attention<Eigen::Dynamic>(args); break;
+        case 16: n == 1 ? attention<16>(args) : attention_chunk<16>(args); break;
+        case 32: n == 1 ? attention<32>(args) : attention_chunk<32>(args); break;
+        case 48: n == 1 ? attention<48>(args) : attention_chunk<48>(args); break;
+        case 64: n == 1 ? attention<64>(args) : attention_chunk<64>(args); break;
+        default: n == 1 ? attention<Eigen::Dynamic>(args) : attention_chunk<Eigen::Dynamic>(args); break;
       }
       Eigen::Map<matrix>(x_.data(), rows, static_cast<Eigen::Index>(d)).noalias() +=
           Eigen::Map<const matrix>(att_.data(), rows, static_cast<Eigen::Index>(d)) * lw.wo.transpose();
@@ -661,6 +661,75 @@ class kv_session {
   // Attention of the chunk's n queries (rows of qkv_, RoPE applied) over the resident tokens, read through the
   // block table, and the side buffer; writes the merged heads to att_ and adds each query's probabilities,
   // divided by heads * n, to the mass row. Scores, probabilities and the weighted sum run one head at a time.
+  // The same for a chunk of n > 1 queries, key-major: each K and V row is read once per head and used by every
+  // query of the chunk that sees it (scores [query][column] in scores_, outputs accumulated in acc_).
+  template <int HD>
+  void attention_chunk(const attention_args& a) const {
+    using vec = Eigen::Matrix<float, HD, 1>;
+    using cmap = Eigen::Map<const vec>;
+    using map = Eigen::Map<vec>;
+    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer;
+    const auto hdi = static_cast<Eigen::Index>(hd);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float share = 1.0f / static_cast<float>(H * n);
+    // Query t sees resident columns [0, rq(t)) and side columns [0, sq(t)); C is the last query's total.
+    const std::size_t r_last = a.pooled ? a.r_before + n : a.resident;
+    const std::size_t C = r_last + (a.pooled ? 0 : a.side_before + n);
+    auto first_query = [&](std::size_t column) -> std::size_t {  // the first query that sees `column`
+      if (column < r_last) return a.pooled && column > a.r_before ? column - a.r_before : 0;
+      const std::size_t s = column - r_last;
+      return s > a.side_before ? s - a.side_before : 0;
+    };
+    auto cols_of = [&](std::size_t t) { return a.pooled ? a.r_before + t + 1 : a.resident + a.side_before + t + 1; };
+    auto rq_of = [&](std::size_t t) { return a.pooled ? a.r_before + t + 1 : a.resident; };
+    float* S = scores_.data();
+    float* acc = acc_.data();
+    for (std::size_t h = 0; h < H; ++h) {
+      const std::size_t off = h * hd;
+      // Scores.
+      auto score_column = [&](std::size_t j, const float* krow) {
+        const cmap k(krow, hdi);
+        for (std::size_t t = first_query(j); t < n; ++t)
+          S[t * C + j] = cmap(qkv_.data() + t * 3 * d + off, hdi).dot(k) * scale;
+      };
+      for (std::size_t b = 0, j = 0; j < r_last; ++b) {
+        const std::size_t slots = std::min(P_, r_last - j);
+        const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + off;
+        for (std::size_t s = 0; s < slots; ++s, ++j) score_column(j, kb + s * d);
+      }
+      for (std::size_t j = r_last; j < C; ++j) score_column(j, a.side_k + (j - r_last) * d + off);
+      // Softmax per query (over the columns it sees), and the mass.
+      for (std::size_t t = 0; t < n; ++t) {
+        float* st = S + t * C;
+        const std::size_t cols = cols_of(t), rq = rq_of(t);
+        // Columns a query sees: resident [0, rq), then side [r_last, r_last + cols - rq).
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::size_t i = 0; i < rq; ++i) mx = std::max(mx, st[i]);
+        for (std::size_t i = r_last; i < r_last + cols - rq; ++i) mx = std::max(mx, st[i]);
+        float sum = 0;
+        for (std::size_t i = 0; i < rq; ++i) sum += (st[i] = std::exp(st[i] - mx));
+        for (std::size_t i = r_last; i < r_last + cols - rq; ++i) sum += (st[i] = std::exp(st[i] - mx));
+        for (std::size_t i = 0; i < rq; ++i) st[i] /= sum;
+        for (std::size_t i = r_last; i < r_last + cols - rq; ++i) st[i] /= sum;
+        if (a.mass)
+          for (std::size_t i = 0; i < rq; ++i) a.mass[i] += st[i] * share;
+      }
+      // Outputs.
+      std::fill(acc, acc + n * hd, 0.0f);
+      auto value_column = [&](std::size_t j, const float* vrow) {
+        const std::conditional_t<HD == Eigen::Dynamic, cmap, vec> v = cmap(vrow, hdi);  // fixed: in registers
+        for (std::size_t t = first_query(j); t < n; ++t) map(acc + t * hd, hdi).noalias() += S[t * C + j] * v;
+      };
+      for (std::size_t b = 0, j = 0; j < r_last; ++b) {
+        const std::size_t slots = std::min(P_, r_last - j);
+        const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + off;
+        for (std::size_t s = 0; s < slots; ++s, ++j) value_column(j, vb + s * d);
+      }
+      for (std::size_t j = r_last; j < C; ++j) value_column(j, a.side_v + (j - r_last) * d + off);
+      for (std::size_t t = 0; t < n; ++t) std::copy(acc + t * hd, acc + (t + 1) * hd, att_.data() + t * d + off);
+    }
+  }
+
   template <int HD>
   void attention(const attention_args& a) const {
     using vec = Eigen::Matrix<float, HD, 1>;
@@ -722,7 +791,7 @@ class kv_session {
   std::vector<float> conv_state_;               // [layer][k-1][d_model]
   std::size_t appended_ = 0;
   // Scratch (reused across calls; grows only).
-  mutable std::vector<float> x_, h_, e_, c_, qkv_, att_, u_, scores_, conv_probe_, probe_logits_;
+  mutable std::vector<float> x_, h_, e_, c_, qkv_, att_, u_, scores_, acc_, conv_probe_, probe_logits_;
   mutable std::vector<std::vector<float>> side_kv_;  // answer(): [layer][K|V] rows of the probe's tokens
 };
 
