@@ -2,11 +2,15 @@
 
   /usr/bin/python3 python/export.py --random tiny --out models/fixtures/random-tiny.safetensors \
       --fixture models/fixtures/logits-random-tiny.json
-  /usr/bin/python3 python/export.py --model models/small/model.safetensors --fixture models/fixtures/logits-small.json
+  /usr/bin/python3 python/export.py --model models/small/model.safetensors --probe \
+      --fixture models/fixtures/logits-small.json --long-fixture models/fixtures/logits-small-long.json
 
 The fixture: {"tokens": [64 ints], "logits": [[V floats] x 64], "attention_layer0_head0_last": [64 floats]},
 a full causal float32 forward (no cache) of the first 64 tokens of episode 0 of models/episodes-450.json
-(or of --episodes). "attention_layer0_head0_last" is layer 0, head 0's attention row of the last position.
+(or of --episodes); with --probe the first 62 tokens then [query, key] of the latest fact planted in them.
+"attention_layer0_head0_last" is layer 0, head 0's attention row of the last position.
+The long fixture: {"tokens": [episode 0 of episodes-1700.json + query, key] (1702 tokens),
+"logits_last_positions": [the last 4 indices], "logits_last": [[V floats] x 4], "answer", "predicted"}.
 """
 import argparse
 import json
@@ -20,11 +24,35 @@ import episodes  # noqa: E402
 import model as M  # noqa: E402
 
 
-def fixture_tokens(path, n=64, episode=0):
+def fixture_tokens(path, n=64, episode=0, probe=False):
+    """The first n tokens of an episode; with probe=True the first n-2 tokens followed by [query, key] of the
+    latest fact planted within them, so the last logits row answers a recall probe."""
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)["episodes"][episode]["tokens"][:n]
-    return episodes.eval_episode(450, 1000, episode)["tokens"][:n]
+            ep = json.load(f)["episodes"][episode]
+    else:
+        ep = episodes.eval_episode(450, 1000, episode)
+    if not probe:
+        return ep["tokens"][:n]
+    facts = sorted((p for p in ep["probes"] if p["planted_at"] <= n - 2), key=lambda p: p["planted_at"])
+    p = facts[-1]
+    return ep["tokens"][:n - 2] + [episodes.VOCAB_LAYOUT["query"], p["key"]]
+
+
+def write_long_fixture(m, episodes_file, path, episode=0, last=4):
+    """A long-context check: a whole episode of the file (tier tokens) followed by [query, key] of its earliest
+    fact; stores the logits of the last `last` positions only (the full table would be megabytes)."""
+    with open(episodes_file) as f:
+        ep = json.load(f)["episodes"][episode]
+    p = min(ep["probes"], key=lambda p: p["planted_at"])
+    toks = ep["tokens"] + [episodes.VOCAB_LAYOUT["query"], p["key"]]
+    with torch.no_grad():
+        logits = m(torch.tensor([toks], dtype=torch.long))[0]
+    data = {"tokens": toks, "logits_last_positions": list(range(len(toks) - last, len(toks))),
+            "logits_last": [[float(f"{v:.9g}") for v in row] for row in logits[-last:].tolist()],
+            "answer": p["answer"], "predicted": int(logits[-1].argmax())}
+    with open(path, "w") as f:
+        json.dump(data, f, separators=(",", ":"))
 
 
 def write_fixture(m, tokens, path):
@@ -46,6 +74,9 @@ def main():
     ap.add_argument("--name", default=None)
     ap.add_argument("--fixture", help="where to write the logits fixture")
     ap.add_argument("--episodes", default="models/episodes-450.json")
+    ap.add_argument("--probe", action="store_true", help="end the fixture tokens with [query, key] of a fact")
+    ap.add_argument("--long-fixture", help="also write the long-context fixture here (1700-token episode)")
+    ap.add_argument("--long-episodes", default="models/episodes-1700.json")
     a = ap.parse_args()
     if a.random:
         torch.manual_seed(a.seed)
@@ -66,7 +97,9 @@ def main():
     else:
         m, _, _ = M.load_model(a.model)
     if a.fixture:
-        write_fixture(m, fixture_tokens(a.episodes), a.fixture)
+        write_fixture(m, fixture_tokens(a.episodes, probe=a.probe), a.fixture)
+    if a.long_fixture:
+        write_long_fixture(m, a.long_episodes, a.long_fixture)
 
 
 if __name__ == "__main__":

@@ -107,13 +107,18 @@ class TinyLM(nn.Module):
                 w[d // 2:, k - 2] += 1.0
                 L.conv_weight.copy_(w)
 
-    def forward(self, tokens, return_attention=False):
-        """tokens: LongTensor [B, T]. Returns logits [B, T, V] (and attention probs per layer [B, H, T, T])."""
+    def forward(self, tokens, return_attention=False, positions=None, hidden_only=False):
+        """tokens: LongTensor [B, T]. Returns logits [B, T, V] (and attention probs per layer [B, H, T, T]).
+        positions (training only): LongTensor [B, T] of RoPE positions (default 0..T-1, as in the contract);
+        hidden_only: return the final normed hidden states [B, T, d] instead of logits."""
         c = self.config
         B, T = tokens.shape
         d, H, k, eps = c["d_model"], c["n_heads"], c["conv_kernel"], c["norm_eps"]
         hd = d // H
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        if positions is None:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        else:
+            cos, sin = self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
         mask = torch.full((T, T), float("-inf")).triu(1)
         x = self.embed[tokens]
         attns = []
@@ -133,6 +138,8 @@ class TinyLM(nn.Module):
             x = x + F.linear(o, L.wo)
             h2 = rmsnorm(x, L.norm2, eps)
             x = x + F.linear(F.gelu(F.linear(h2, L.w1, L.b1)), L.w2, L.b2)
+        if hidden_only:
+            return rmsnorm(x, self.norm_f, eps)
         logits = F.linear(rmsnorm(x, self.norm_f, eps), self.embed)
         return (logits, attns) if return_attention else logits
 
@@ -155,3 +162,40 @@ def load_model(path):
     m.load_state_dict(sd, strict=True)
     m.eval()
     return m, json.loads(meta["vocab_layout"]), meta.get("name", "")
+
+
+def init_recall_circuit(m, seed, alpha2=4.0, beta=1.0):
+    """Optional initialisation that starts layer 0 near an associative-recall circuit (training takes it from
+    there): embeddings whose two halves are equal; the conv passes the current token on the first half of the
+    channels and the previous token on the second half; in every head of layer 0 the low-frequency RoPE dims
+    (angle under ~1 rad at 1,760 tokens) of q read the current token and those of k the previous token through
+    the same random projection (so a query at `key` matches the token after an earlier `key`), v reads the
+    current token, and wo writes it back in embedding space. Everything else keeps its random init."""
+    c = m.config
+    d, H = c["d_model"], c["n_heads"]
+    hd, half, k = d // H, d // 2, c["conv_kernel"]
+    g = torch.Generator().manual_seed(seed + 99)
+    inv = c["rope_theta"] ** (-2.0 * np.arange(hd // 2) / hd)
+    low = [i for i in range(hd // 2) if inv[i] * 1760 < 1.0]
+    S = low + [i + hd // 2 for i in low]
+    alpha = math.sqrt(alpha2)
+    with torch.no_grad():
+        e0 = m.embed[:, :half].clone()
+        m.embed[:, half:] = e0
+        L = m.layers[0]
+        w = torch.randn(d, k, generator=g) * 0.02
+        w[:half, k - 1] += 1.0
+        w[half:, k - 2] += 1.0
+        L.conv_weight.copy_(w)
+        for j in range(H):
+            rows = [j * hd + s for s in S]
+            R = torch.randn(len(S), half, generator=g) / math.sqrt(half)
+            L.wq[rows] = 0.0
+            L.wk[rows] = 0.0
+            L.wq[rows, :half] = alpha * R
+            L.wk[rows, half:] = alpha * R
+            G = torch.randn(hd, half, generator=g) / math.sqrt(half)
+            L.wv[j * hd:(j + 1) * hd] = 0.0
+            L.wv[j * hd:(j + 1) * hd, :half] = G
+            L.wo[:, j * hd:(j + 1) * hd] = beta * torch.cat([G.t(), G.t()], 0)
+    return low
