@@ -23,7 +23,8 @@
 // lowered by evicting them, but the global pass never picks them and they are not counted as reclaimable.
 //
 // Protection for a step. Pages that in-flight or speculative tokens still read (vLLM frees "on the
-// processed-token basis" for this reason) can be protected until the next advance_to(): no pass selects them.
+// processed-token basis" for this reason) can be protected until the next advance_to(): no pass selects them, and
+// no commit removes them (a plan selected before the protection is rejected, like a stale one).
 //
 // Prefix cache. prefix_cache_boundary(id) is the sequence's first evicted original page: the engine must not hash
 // or reuse blocks at or after it, because their K/V were computed with context that is gone.
@@ -371,14 +372,16 @@ class basic_manager {
   // --- commit (phase 2) ----------------------------------------------------------------------------------------
   /// Applies a global plan to the engine's page table and every sequence's state. All plans are checked against
   /// their sequences and (for a checked_page_table) the table before anything changes, so a rejected commit
-  /// changes nothing: usage_error for a stale plan, an unknown sequence or a table that disagrees. Returns, per
-  /// sequence, what the table's remove_pages returned (freed ids or slot ranges) when it returns anything.
+  /// changes nothing: usage_error for a stale plan, an unknown sequence, a page protected for this step or a
+  /// table that disagrees. Returns, per sequence, what the table's remove_pages returned (freed ids or slot
+  /// ranges) when it returns anything.
   template <page_table Table, class IdMap = identity_id>
   auto commit(const global_plan_type& plan, Table& table, IdMap table_id = {}) {
     for (const auto& [id, p] : plan.plans) {
       const auto& e = find_entry(id)->second;
       const auto tid = table_id_of<Table>(table_id, id);
       check_plan(*e.seq, p);
+      check_unprotected(e, id, p);
       check_table_agrees(table, tid, id, *e.seq);
       if constexpr (checked_page_table<Table>) table.check_remove_pages(tid, p.pages);
     }
@@ -392,9 +395,13 @@ class basic_manager {
     }
   }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
-  /// changing nothing, if any plan is stale.
+  /// changing nothing, if any plan is stale or names a page protected for this step.
   void commit(const global_plan_type& plan) {
-    for (const auto& [id, p] : plan.plans) check_plan(*find_entry(id)->second.seq, p);
+    for (const auto& [id, p] : plan.plans) {
+      const auto& e = find_entry(id)->second;
+      check_plan(*e.seq, p);
+      check_unprotected(e, id, p);
+    }
     for (const auto& [id, p] : plan.plans) {
       auto& e = find_entry(id)->second;
       forget_evicted(e, p.pages);
@@ -407,6 +414,7 @@ class basic_manager {
     auto& e = find_entry(id)->second;
     const auto tid = table_id_of<Table>(table_id, id);
     check_plan(*e.seq, plan);
+    check_unprotected(e, id, plan);
     check_table_agrees(table, tid, id, *e.seq);
     return apply(id, plan, table, tid);
   }
@@ -514,6 +522,17 @@ class basic_manager {
     for (std::size_t p : plan.pages)
       if (status[p] != page_status::evictable)
         detail::raise_usage("plan names page " + detail::to_text(p) + ", which is " + to_string(status[p]));
+  }
+  // A plan selected before protect_pages / protect_tail_tokens may name a page protected since: the generation
+  // does not see the protection, so commit checks it (found by tests/fuzz/adapter_fuzzer.cpp). Call after
+  // check_plan, which checked that the pages exist.
+  static void check_unprotected(const entry& e, SequenceId id, const plan_type& plan) {
+    if (e.protected_origins.empty()) return;
+    const auto origins = e.seq->state().page_origins();
+    for (std::size_t p : plan.pages)
+      if (e.protected_origins.contains(origins[p]))
+        detail::raise_usage("plan names page " + detail::to_text(p) + " of sequence " + detail::to_text(id) +
+                            ", which is protected for this step");
   }
   template <class Table>
   static void check_table_agrees(const Table& table, const typename Table::sequence_id& tid, SequenceId id,

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// Regression tests for the bugs the fuzzers found (the API fuzzer, and the calibration-file loader's) (docs/reliability.md, "Found by fuzzing"). The inputs that
-// found them are in corpus/api (regression_*) and replay in every build; these tests state each bug directly.
+// Regression tests for the bugs the fuzzers found (the API fuzzer, the adapter fuzzer and the calibration-file
+// loader's; docs/reliability.md). The inputs that found them are in corpus/*/regression_* and replay in every build;
+// these tests state each bug directly.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstddef>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "memdecay/block_pool.hpp"
 #include "memdecay/calibration_file.hpp"
+#include "memdecay/manager.hpp"
+#include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "memdecay/sequence.hpp"
 
 namespace md = memdecay;
@@ -133,4 +137,55 @@ TEST(FuzzRegression, CalibrationDecayRateWithoutAFiniteHalfLifeIsRejected) {
   c.regions = {fitted};
   ASSERT_TRUE(c.check().has_value());
   EXPECT_NE(c.check()->find("disagrees"), std::string::npos) << *c.check();
+}
+
+// manager::protect_pages / protect_tail_tokens do not change any sequence's generation, so a plan selected before
+// the protection was still current and its commit evicted a page the documentation says is kept for the step
+// (in-flight or speculative tokens read it). Found by the adapter fuzzer (corpus/adapter/regression_*protected*).
+TEST(FuzzRegression, ManagerCommitRejectsAPageProtectedAfterSelection) {
+  md::manager mgr({.page_size = 4, .global = md::global_budget::pages(1)});
+  for (std::uint64_t id : {1, 2}) {
+    auto& seq = mgr.open(id, md::config{.page_size = 4});
+    seq.append(md::regions::user, 16);
+  }
+  md::block_pool<> pool(16, 4);
+  for (std::uint64_t id : {1, 2}) {
+    pool.open(id);
+    pool.append_tokens(id, 16);
+  }
+  const auto plan = mgr.select_global();
+  ASSERT_FALSE(plan.empty());
+  const auto victim = plan.victims.front();
+  mgr.protect_pages(victim.sequence, std::vector<std::size_t>{victim.page});  // after the selection
+  const auto digest = mgr.digest();
+  const std::vector<md::block_pool<>::page_id> table(pool.block_table(victim.sequence).begin(),
+                                                     pool.block_table(victim.sequence).end());
+  const std::string message = message_of<md::usage_error>([&] { (void)mgr.commit(plan, pool); });
+  EXPECT_NE(message.find("which is protected for this step"), std::string::npos) << message;
+  EXPECT_THROW(mgr.commit(plan), md::usage_error);
+  EXPECT_THROW((void)mgr.commit(victim.sequence, plan.plans.at(victim.sequence), pool), md::usage_error);
+  EXPECT_EQ(mgr.digest(), digest);
+  EXPECT_TRUE(std::equal(table.begin(), table.end(), pool.block_table(victim.sequence).begin(),
+                         pool.block_table(victim.sequence).end()));
+  // A fresh selection honours the protection and commits.
+  const auto again = mgr.select_global();
+  for (const auto& v : again.victims) EXPECT_FALSE(v.sequence == victim.sequence && v.page == victim.page);
+  EXPECT_NO_THROW((void)mgr.commit(again, pool));
+}
+
+// flashinfer_csr's readers check the one request they read in O(1), but accepted a request with no pages
+// (indptr[r + 1] == indptr[r], which the engine may write between steps): kv_len() wrapped to
+// page_size * (SIZE_MAX) + last_page_len, and page_at() called the corruption a misuse. Found by the adapter fuzzer
+// (corpus/adapter/regression_*empty_request*).
+TEST(FuzzRegression, FlashInferReadersRejectARequestWithoutPages) {
+  std::vector<std::int32_t> indptr{0, 2, 3}, indices{4, 5, 6}, last_page_len{3, 1};
+  md::flashinfer_csr view(indptr, indices, last_page_len, 4, 8);
+  EXPECT_EQ(view.kv_len(0), 7u);
+  indptr[1] = 0;  // the engine empties request 0 (and so corrupts the arrays) after the view was made
+  EXPECT_THROW((void)view.kv_len(0), md::input_error);
+  EXPECT_THROW((void)view.num_pages(0), md::input_error);
+  EXPECT_THROW((void)view.page_at(0, 0), md::input_error);
+  const std::string message = message_of<md::input_error>([&] { (void)view.kv_len(0); });
+  EXPECT_NE(message.find("request 0 has no pages"), std::string::npos) << message;
+  EXPECT_EQ(indptr, (std::vector<std::int32_t>{0, 0, 3}));
 }

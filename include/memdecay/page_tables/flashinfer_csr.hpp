@@ -154,7 +154,9 @@ class flashinfer_csr {
     if (r >= batch_size())
       detail::raise_usage("request " + detail::to_text(r) + " is not in the batch (batch size " +
                           detail::to_text(batch_size()) + ")");
-    if (indptr_[r] < 0 || indptr_[r + 1] < indptr_[r] || static_cast<std::size_t>(indptr_[r + 1]) > indices_.size() ||
+    // At least one page: kv_len() of an empty request would wrap (page_size * (0 - 1)), page_at() would call a
+    // corruption a misuse (found by tests/fuzz/adapter_fuzzer.cpp; docs/reliability.md).
+    if (indptr_[r] < 0 || indptr_[r + 1] <= indptr_[r] || static_cast<std::size_t>(indptr_[r + 1]) > indices_.size() ||
         last_page_len_[r] <= 0 || static_cast<std::size_t>(last_page_len_[r]) > page_size_) {
       validate();  // names the inconsistency
       detail::raise_input("flashinfer_csr: the entries of request " + detail::to_text(r) + " are inconsistent");
