@@ -77,6 +77,7 @@ std::vector<fixture> fixtures() {
     const std::string file = e.path().filename().string();
     if (!file.starts_with("logits-") || e.path().extension() != ".json") continue;
     const std::string name = file.substr(7, file.size() - 7 - 5);
+    if (name.ends_with("-long")) continue;  // the long-context fixtures have their own format and test
     for (const auto& m : {fixture_dir / (name + ".safetensors"), source_dir / "models" / name / "model.safetensors"})
       if (fs::exists(m)) {
         out.push_back({name, m, e.path()});
@@ -294,6 +295,55 @@ TEST(eval_engine_fixtures, full_logits_match_pytorch) {
   }
 }
 
+// Long-context fixtures (logits-<model>-long.json): the last positions of a 1,700-token episode plus a probe,
+// through kv_session (32-token chunks, then one token at a time), and the probe's answer through answer().
+TEST(eval_engine_fixtures, long_context_logits_match_pytorch) {
+  std::size_t checked = 0;
+  for (const auto& fx : fixtures()) {
+    const fs::path long_path = fixture_dir / ("logits-" + fx.name + "-long.json");
+    if (!fs::exists(long_path)) continue;
+    SCOPED_TRACE(fx.name + " (long)");
+    const auto& m = model_at(fx.model);
+    const auto j = read_json(long_path);
+    const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
+    const auto positions = j["logits_last_positions"].get<std::vector<std::size_t>>();
+    const auto expected = j["logits_last"].get<std::vector<std::vector<float>>>();
+    ASSERT_EQ(positions.size(), expected.size());
+    ASSERT_FALSE(positions.empty());
+    kv_session s(m, 16, tokens.size());
+    std::size_t at = 0;
+    for (; at < positions.front(); at += std::min<std::size_t>(32, positions.front() - at))
+      s.append(std::span(tokens).subspan(at, std::min<std::size_t>(32, positions.front() - at)));
+    float worst = 0;
+    std::int32_t last_argmax = -1;
+    for (std::size_t k = 0; k < positions.size(); ++k) {
+      ASSERT_EQ(positions[k], at);
+      const auto r = s.append(std::span(tokens).subspan(at++, 1));
+      ASSERT_EQ(expected[k].size(), r.last_logits.size());
+      for (std::size_t i = 0; i < r.last_logits.size(); ++i) worst = std::max(worst, std::abs(r.last_logits[i] - expected[k][i]));
+      const auto want = std::max_element(expected[k].begin(), expected[k].end()) - expected[k].begin();
+      last_argmax = static_cast<std::int32_t>(std::max_element(r.last_logits.begin(), r.last_logits.end()) - r.last_logits.begin());
+      if (last_argmax != want) {
+        EXPECT_LE(expected[k][static_cast<std::size_t>(want)] - expected[k][static_cast<std::size_t>(last_argmax)],
+                  pytorch_logit_tolerance);
+      }
+    }
+    EXPECT_LE(worst, pytorch_logit_tolerance);
+    std::printf("[ %s ] long context (%zu tokens): max |C++ - PyTorch| logit difference %.2e\n", fx.name.c_str(),
+                tokens.size(), static_cast<double>(worst));
+    if (j.contains("predicted") && at == tokens.size()) {
+      EXPECT_EQ(last_argmax, j["predicted"].get<std::int32_t>());
+      // The same probe through answer(): the episode without its last two tokens, which are the prompt.
+      kv_session p(m, 16, tokens.size());
+      for (std::size_t i = 0; i + 2 < tokens.size(); i += 32)
+        p.append(std::span(tokens).subspan(i, std::min<std::size_t>(32, tokens.size() - 2 - i)));
+      EXPECT_EQ(p.answer(std::span(tokens).last(2), 1), std::vector<std::int32_t>{j["predicted"].get<std::int32_t>()});
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no long-context fixture";
+}
+
 // --- kv_session against the reference --------------------------------------------------------------------------
 
 // Replays appends (and page removals) on a session and records, for every appended token, which positions were
@@ -457,8 +507,11 @@ TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
   recorder rec(m, 16, 256);
   md::sequence seq(md::config{.page_size = 16, .budget = md::budget_config::tokens(96)});
   md::step_t step = 0;
+  // A pinned system page, then pages of regions with different half-lives: evictions fall in the middle.
+  const md::region_id cycle[] = {md::regions::tool_out, md::regions::user, md::regions::scratchpad,
+                                 md::regions::retrieval};
   for (std::size_t i = 0; i < tokens.size(); i += 16) {
-    seq.append(md::regions::tool_out, 16);
+    seq.append(i == 0 ? md::regions::system : cycle[(i / 16) % 4], 16);
     rec.append(std::span(tokens).subspan(i, 16));
     std::vector<float> mass(rec.steps.back().result.layer_mass[0].size(), 0.0f);
     for (const auto& row : rec.steps.back().result.layer_mass)
@@ -473,6 +526,11 @@ TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
     ASSERT_TRUE(std::equal(pos.begin(), pos.end(), res.begin(), res.end()));
   }
   EXPECT_LE(rec.session.resident_tokens(), 96u + 16u);
+  const auto res = rec.session.resident_positions();
+  std::size_t gaps = 0;  // survivors are not a prefix or a suffix: pages went from the middle
+  for (std::size_t i = 1; i < res.size(); ++i) gaps += res[i] != res[i - 1] + 1;
+  EXPECT_GE(gaps, 2u);
+  EXPECT_EQ(res.front(), 0u);
   rec.check(m);
 }
 
