@@ -289,7 +289,7 @@ double long_run(md::step_t start, std::size_t steps, std::uint64_t seed, const c
 #if defined(NDEBUG)
   constexpr std::size_t check_stride = 1;  // every step checked
 #else
-  constexpr std::size_t check_stride = 2;  // -O0 builds: every other step checked (every step still computed)
+  constexpr std::size_t check_stride = 8;  // -O0 builds: every 8th step checked (every step still computed)
 #endif
   md::sequence_state<Float, md::dynamic_page_size> s(1);
   std::vector<md::region_id> labels(tokens);
