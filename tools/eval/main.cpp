@@ -1,0 +1,672 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay-eval: eviction policies on the attention of real (bundled, tiny) transformers. Each evaluation episode
+// runs through the model with a paged KV cache while a policy evicts online under a budget; recall probes are
+// answered by greedy decoding over what survives. Recall per region, pinned and unpinned, per model x tier x
+// budget x policy x page size, with the full cache as the ceiling. docs/eval.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memdecay/calibration_file.hpp>
+#include <memdecay/trace.hpp>
+#include <memdecay/version.hpp>
+
+#include "engine/tiny_lm.hpp"
+#include "episodes.hpp"
+#include "harness.hpp"
+
+#ifndef MEMDECAY_EVAL_DATA_DIR
+#define MEMDECAY_EVAL_DATA_DIR "models"
+#endif
+
+namespace md = memdecay;
+namespace ev = memdecay_eval;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+struct options {
+  std::string data_dir = MEMDECAY_EVAL_DATA_DIR;
+  std::vector<std::string> models{"small", "large"};
+  std::vector<int> tiers{450, 1700};
+  std::vector<std::string> episode_files;
+  std::size_t episodes = 0;
+  std::vector<double> budgets{0.25, 0.5, 0.75};
+  std::vector<std::string> policies{"all"};
+  std::vector<std::size_t> page_sizes{16, 1};
+  std::vector<std::size_t> baseline_page_sizes{16};
+  std::size_t threads = 1;
+  bool quick = false;
+  std::string json_path, markdown_path, plot_path;
+  std::string traces_dir;
+  std::size_t trace_episodes = 24;
+  std::vector<std::string> calibrations;
+  std::size_t recent_tokens = 16, sink_pages = 0, prefill_chunk = 32;
+  bool pin_plan = false, no_fork = false;
+  std::optional<double> alpha, tau, ewma_beta;
+  bool progress = false, no_progress = false, list_policies = false;
+};
+
+// The README demo: the small model, the 450-token tier, the tightest budget, MemDecay against recency and H2O.
+void apply_quick(options& o, const CLI::App& app) {
+  if (app.count("--models") == 0) o.models = {"small"};
+  if (app.count("--tiers") == 0 && o.episode_files.empty()) o.tiers = {450};
+  if (app.count("--budgets") == 0) o.budgets = {0.25};
+  if (app.count("--policies") == 0) o.policies = {"memdecay-none", "memdecay-uniform", "streaming_llm", "h2o", "tova"};
+  if (app.count("--page-sizes") == 0) o.page_sizes = {16};
+  if (app.count("--episodes") == 0) o.episodes = 4;
+}
+
+class progress_bar {
+ public:
+  explicit progress_bar(bool enabled) : enabled_(enabled), start_(clock::now()) {}
+  void update(std::size_t done, std::size_t total) {
+    if (!enabled_) return;
+    const auto now = clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    if (elapsed < 1.0 || (done != total && std::chrono::duration<double>(now - last_).count() < 0.2)) return;
+    last_ = now;
+    drawn_ = true;
+    const int width = 40;
+    const int filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(done) / static_cast<double>(total));
+    const double eta = done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0.0;
+    std::fprintf(stderr, "\r[%s%s] %3d%%  %zu/%zu episode runs  %.0f s, ~%.0f s left ", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), static_cast<int>(100.0 * done / total), done, total, elapsed,
+                 eta);
+    std::fflush(stderr);
+  }
+  ~progress_bar() {
+    if (drawn_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool enabled_, drawn_ = false;
+  clock::time_point start_, last_{};
+};
+
+std::string pct(std::uint64_t k, std::uint64_t n) {
+  if (n == 0) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * static_cast<double>(k) / static_cast<double>(n));
+  return b;
+}
+std::string frac(std::uint64_t k, std::uint64_t n) {
+  if (n == 0) return "-";
+  return std::to_string(k) + "/" + std::to_string(n);
+}
+std::string budget_text(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%g%%", 100.0 * b);
+  return s;
+}
+
+// One row of the results: a model x tier x (budget, config) cell, or the full cache.
+struct row {
+  std::string model;
+  std::string tier;
+  std::optional<double> budget;  // none: the full cache
+  std::string policy;            // "full" for the full cache
+  std::size_t page_size = 0;
+  const ev::run_result* result = nullptr;
+};
+
+json counts_json(const ev::region_counts& c) {
+  auto rate = [](std::uint64_t k, std::uint64_t n) { return n ? json(static_cast<double>(k) / static_cast<double>(n)) : json(nullptr); };
+  return {{"probes", c.probes},     {"recalled", c.recalled},     {"recall", rate(c.recalled, c.probes)},
+          {"survived", c.survived}, {"survival", rate(c.survived, c.probes)}, {"ceiling", c.ceiling},
+          {"ceiling_recall", rate(c.ceiling, c.probes)}};
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    if (ch == '&') o += "&amp;";
+    else if (ch == '<') o += "&lt;";
+    else if (ch == '>') o += "&gt;";
+    else o += ch;
+  }
+  return o;
+}
+
+// Grouped bars: a row of panels per model and metric (recall, unpinned recall), a panel per tier; groups are
+// budgets, bars are configs; a dashed line marks the full cache.
+void write_svg(const std::string& path, const std::vector<row>& rows, const std::vector<std::string>& models,
+               const std::vector<std::string>& tiers, const std::vector<double>& budgets,
+               const std::vector<std::string>& configs, const md::region_table& table) {
+  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                                  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
+                                  "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede",
+                                  "#cedb9c", "#e7cb94", "#e7969c"};
+  const double panel_w = 520, panel_h = 200, margin_l = 60, margin_t = 50, gap = 70;
+  const double legend_h = 22.0 * static_cast<double>((configs.size() + 3) / 4) + 20;
+  const std::size_t panel_rows = models.size() * 2;
+  const double width = std::max(margin_l + static_cast<double>(tiers.size()) * (panel_w + gap), 4 * 230.0 + margin_l);
+  const double height = margin_t + static_cast<double>(panel_rows) * (panel_h + gap) + legend_h;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-eval: probe recall "
+    << "under online eviction (dashed: full cache)</text>\n";
+  auto find = [&](const std::string& m, const std::string& t, std::optional<double> b, const std::string& label) -> const row* {
+    for (const auto& r : rows) {
+      const std::string l = r.policy == "full" ? "full" : r.policy + "/p" + std::to_string(r.page_size);
+      if (r.model == m && r.tier == t && r.budget == b && l == label) return &r;
+    }
+    return nullptr;
+  };
+  for (std::size_t m = 0; m < models.size(); ++m)
+    for (int metric = 0; metric < 2; ++metric) {
+      const std::size_t pr = m * 2 + static_cast<std::size_t>(metric);
+      for (std::size_t t = 0; t < tiers.size(); ++t) {
+        const double x0 = margin_l + static_cast<double>(t) * (panel_w + gap);
+        const double y0 = margin_t + static_cast<double>(pr) * (panel_h + gap);
+        auto value = [&](const ev::run_result& r) {
+          const auto c = metric == 0 ? r.total() : r.by_pinned(table, false);
+          return c.probes ? static_cast<double>(c.recalled) / static_cast<double>(c.probes) : 0.0;
+        };
+        s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
+          << xml_escape(models[m]) << ", " << xml_escape(tiers[t]) << ": " << (metric == 0 ? "recall" : "unpinned recall")
+          << "</text>\n";
+        for (int k = 0; k <= 5; ++k) {
+          const double y = y0 + panel_h - panel_h * k / 5.0;
+          s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
+            << "\" stroke=\"#ddd\"/>\n<text x=\"" << x0 - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << k * 20
+            << "%</text>\n";
+        }
+        const double group_w = panel_w / static_cast<double>(budgets.size());
+        const double bar_w = group_w * 0.85 / static_cast<double>(std::max<std::size_t>(1, configs.size()));
+        for (std::size_t b = 0; b < budgets.size(); ++b) {
+          const double gx = x0 + static_cast<double>(b) * group_w + group_w * 0.075;
+          s << "<text x=\"" << x0 + (static_cast<double>(b) + 0.5) * group_w << "\" y=\"" << y0 + panel_h + 16
+            << "\" text-anchor=\"middle\">budget " << budget_text(budgets[b]) << "</text>\n";
+          for (std::size_t c = 0; c < configs.size(); ++c) {
+            const auto* r = find(models[m], tiers[t], budgets[b], configs[c]);
+            if (!r) continue;
+            const double v = value(*r->result);
+            const double h = panel_h * std::min(1.0, v);
+            s << "<rect x=\"" << gx + static_cast<double>(c) * bar_w << "\" y=\"" << y0 + panel_h - h << "\" width=\""
+              << bar_w * 0.9 << "\" height=\"" << h << "\" fill=\"" << palette[c % std::size(palette)] << "\"><title>"
+              << xml_escape(configs[c]) << ", budget " << budget_text(budgets[b]) << ": " << pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000)
+              << "</title></rect>\n";
+          }
+        }
+        if (const auto* full = find(models[m], tiers[t], std::nullopt, "full")) {
+          const double y = y0 + panel_h - panel_h * std::min(1.0, value(*full->result));
+          s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
+            << "\" stroke=\"black\" stroke-dasharray=\"6,4\"><title>full cache: "
+            << pct(static_cast<std::uint64_t>(std::lround(value(*full->result) * 1e6)), 1000000) << "</title></line>\n";
+        }
+        s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y0 + panel_h
+          << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\""
+          << y0 + panel_h << "\" stroke=\"black\"/>\n";
+      }
+    }
+  const double ly = margin_t + static_cast<double>(panel_rows) * (panel_h + gap) - 20;
+  for (std::size_t c = 0; c < configs.size(); ++c) {
+    const double lx = margin_l + static_cast<double>(c % 4) * 230.0, y = ly + 22.0 * static_cast<double>(c / 4);
+    s << "<rect x=\"" << lx << "\" y=\"" << y - 10 << "\" width=\"14\" height=\"14\" fill=\""
+      << palette[c % std::size(palette)] << "\"/><text x=\"" << lx + 20 << "\" y=\"" << y + 2 << "\">"
+      << xml_escape(configs[c]) << "</text>\n";
+  }
+  s << "</svg>\n";
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("--plot: cannot create '" + path + "'");
+  out << s.str();
+  if (!out) throw std::runtime_error("--plot: cannot write '" + path + "'");
+}
+
+void check_vocab(const ev::episode_file& f, const ev::vocab_layout& v, const std::string& model) {
+  auto bad = [&](const std::string& field, long a, long b) {
+    throw std::runtime_error("episode file '" + f.source + "' was generated for another vocabulary than model '" + model +
+                             "' (" + field + ": " + std::to_string(a) + " in the file, " + std::to_string(b) +
+                             " in the model)");
+  };
+  const auto& e = f.vocab;
+  if (e.pad != v.pad) bad("pad", e.pad, v.pad);
+  if (e.bos != v.bos) bad("bos", e.bos, v.bos);
+  if (e.query != v.query) bad("query", e.query, v.query);
+  if (e.key_first != v.key_first) bad("key_first", e.key_first, v.key_first);
+  if (e.key_count != v.key_count) bad("key_count", e.key_count, v.key_count);
+  if (e.value_first != v.value_first) bad("value_first", e.value_first, v.value_first);
+  if (e.value_count != v.value_count) bad("value_count", e.value_count, v.value_count);
+  if (e.filler_first != v.filler_first) bad("filler_first", e.filler_first, v.filler_first);
+  if (e.filler_count != v.filler_count) bad("filler_count", e.filler_count, v.filler_count);
+  for (const auto& [name, id] : e.region_markers) {
+    auto it = v.region_markers.find(name);
+    if (it == v.region_markers.end()) bad("region_markers." + name, id, -1);
+    if (it->second != id) bad("region_markers." + name, id, it->second);
+  }
+}
+
+int run(options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (double b : o.budgets)
+    if (!(b > 0.0 && b <= 1.0)) throw std::runtime_error("budget " + md::detail::to_text(b) + " is outside (0, 1]");
+  if (!o.plot_path.empty() && std::filesystem::path(o.plot_path).extension() != ".svg")
+    throw std::runtime_error("--plot '" + o.plot_path + "': only SVG output is supported (give a path ending in .svg)");
+  for (auto p : o.page_sizes)
+    if (p == 0 || (p & (p - 1)) != 0) throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
+  for (auto p : o.baseline_page_sizes)
+    if (p == 0 || (p & (p - 1)) != 0) throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
+
+  ev::eval_settings settings;
+  settings.budgets = o.budgets;
+  settings.prefill_chunk = o.prefill_chunk;
+  settings.protection = {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens};
+  settings.fork = !o.no_fork;
+  if (o.pin_plan) settings.region_overrides.push_back({.region = "plan", .pinned = true});
+  if (o.prefill_chunk == 0) throw std::runtime_error("--prefill-chunk must be at least 1");
+
+  // Policies x page sizes.
+  const auto kinds = ev::all_policy_kinds({o.alpha, o.tau, o.ewma_beta}, settings.protection);
+  std::vector<ev::policy_kind> chosen;
+  for (const auto& name : o.policies) {
+    bool found = false;
+    for (const auto& k : kinds)
+      if (name == "all" || name == k.name || (name == "baselines" && k.name.rfind("memdecay-", 0) != 0) ||
+          (name == "memdecay" && k.name.rfind("memdecay-", 0) == 0)) {
+        found = true;
+        if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; })) chosen.push_back(k);
+      }
+    if (!found && name.ends_with("-unpinned"))
+      for (const auto& k : kinds)
+        if (name == k.name + "-unpinned") {
+          found = true;
+          if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == name; }))
+            chosen.push_back(ev::unpinned_variant(k));
+        }
+    if (!found) {
+      std::string names;
+      for (const auto& k : kinds) names += " " + k.name;
+      throw std::runtime_error("unknown policy '" + name + "' (known: all memdecay baselines" + names +
+                               ", and any of them with -unpinned)");
+    }
+  }
+  std::vector<ev::config_spec> configs;
+  for (const auto& k : chosen) {
+    const bool is_memdecay = k.name.rfind("memdecay-", 0) == 0;
+    for (auto p : is_memdecay ? o.page_sizes : o.baseline_page_sizes) configs.push_back({k, p});
+  }
+  // Table order: MemDecay at each page size, then the baselines at each page size.
+  std::stable_sort(configs.begin(), configs.end(), [](const ev::config_spec& a, const ev::config_spec& b) {
+    const bool am = a.kind.name.rfind("memdecay-", 0) == 0, bm = b.kind.name.rfind("memdecay-", 0) == 0;
+    if (am != bm) return am;
+    return a.page_size > b.page_size;
+  });
+  if (!configs.empty()) settings.ceiling_page_size = configs.front().page_size;
+  if (std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.page_size == 16; }))
+    settings.ceiling_page_size = 16;
+
+  // Episode files (one per tier).
+  std::vector<ev::episode_file> files;
+  if (!o.episode_files.empty()) {
+    for (const auto& p : o.episode_files) files.push_back(ev::read_episodes(p));
+  } else {
+    for (int t : o.tiers)
+      files.push_back(ev::read_episodes(std::filesystem::path(o.data_dir) / ("episodes-" + std::to_string(t) + ".json")));
+  }
+  for (const auto& f : files)
+    for (double b : o.budgets)
+      for (const auto& ep : f.episodes)
+        if (ev::budget_of(b, ep.tokens.size()) == 0)
+          throw std::runtime_error("budget " + md::detail::to_text(b) + " of a " + std::to_string(ep.tokens.size()) +
+                                   "-token episode of '" + f.source + "' is 0 tokens");
+
+  // Models.
+  std::vector<ev::tiny_lm> models;
+  std::vector<std::string> model_paths;
+  for (const auto& m : o.models) {
+    const bool is_path = m.find('/') != std::string::npos || m.ends_with(".safetensors");
+    const auto path = is_path ? std::filesystem::path(m) : std::filesystem::path(o.data_dir) / m / "model.safetensors";
+    model_paths.push_back(path.string());
+    models.push_back(ev::tiny_lm::load(path));
+  }
+  // Calibrations: PATH for every model, or NAME=PATH for one.
+  std::map<std::string, std::vector<md::region_override>> calibration_overrides;
+  std::vector<std::string> calibration_text;
+  for (const auto& c : o.calibrations) {
+    const auto eq = c.find('=');
+    const std::string who = eq == std::string::npos ? "" : c.substr(0, eq);
+    const std::string path = eq == std::string::npos ? c : c.substr(eq + 1);
+    const auto cal = md::calibration::read_file(path);
+    if (!who.empty() && std::none_of(models.begin(), models.end(), [&](const auto& m) { return m.name() == who; }))
+      throw std::runtime_error("--calibration " + c + ": no model named '" + who + "' is evaluated");
+    for (const auto& m : models)
+      if (who.empty() || m.name() == who)
+        for (auto& ov : cal.overrides()) calibration_overrides[m.name()].push_back(ov);
+    calibration_text.push_back(c);
+  }
+
+  std::vector<ev::eval_target<ev::kv_session>> targets;
+  for (std::size_t m = 0; m < models.size(); ++m)
+    for (const auto& f : files) {
+      check_vocab(f, models[m].vocab(), models[m].name());
+      for (const auto& ep : f.episodes)
+        if (ep.tokens.size() + 2 > static_cast<std::size_t>(models[m].config().max_positions))
+          throw std::runtime_error("episode of " + std::to_string(ep.tokens.size()) + " tokens in '" + f.source +
+                                   "' is longer than model '" + models[m].name() + "' handles (max_positions " +
+                                   std::to_string(models[m].config().max_positions) + ")");
+      ev::eval_target<ev::kv_session> t;
+      t.model = models[m].name();
+      t.file = &f;
+      const ev::tiny_lm* model = &models[m];
+      t.make = [model](std::size_t page, std::size_t max_tokens) { return ev::kv_session(*model, page, max_tokens); };
+      t.max_episodes = o.episodes;
+      t.trace_episodes = o.traces_dir.empty() ? 0 : o.trace_episodes;
+      t.region_overrides = calibration_overrides[models[m].name()];
+      targets.push_back(std::move(t));
+    }
+  if (!o.traces_dir.empty()) std::filesystem::create_directories(o.traces_dir);
+
+  const bool show = !o.no_progress && (o.progress || isatty(STDERR_FILENO));
+  std::vector<ev::target_result> results;
+  {
+    progress_bar bar(show);
+    results = ev::evaluate<ev::kv_session>(targets, configs, settings, o.threads,
+                                           [&](std::size_t done, std::size_t total) { bar.update(done, total); });
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Traces.
+  std::vector<std::string> trace_paths;
+  if (!o.traces_dir.empty())
+    for (std::size_t t = 0; t < targets.size(); ++t) {
+      if (results[t].trace.empty()) continue;
+      const auto& model = models[t / files.size()];
+      const auto path = std::filesystem::path(o.traces_dir) / (model.name() + "-" + targets[t].file->label() + ".mdtrace");
+      md::trace::write_file(path, ev::make_trace_file(targets[t].file->label(),
+                                                      static_cast<std::uint32_t>(model.config().n_layers),
+                                                      std::move(results[t].trace)));
+      trace_paths.push_back(path.string());
+    }
+
+  // Rows.
+  const md::region_table table = md::default_region_table().with_overrides(settings.region_overrides);
+  std::vector<row> rows;
+  std::vector<std::string> model_names, tier_names, config_labels;
+  for (const auto& m : models) model_names.push_back(m.name());
+  for (const auto& f : files) tier_names.push_back(f.label());
+  for (const auto& c : configs) config_labels.push_back(c.label());
+  std::size_t distinct = 0, answered = 0, episodes = 0;
+  for (std::size_t t = 0; t < targets.size(); ++t) {
+    const auto& model = targets[t].model;
+    const auto tier = targets[t].file->label();
+    rows.push_back({model, tier, std::nullopt, "full", settings.ceiling_page_size, &results[t].full});
+    distinct += results[t].full.total().probes;
+    episodes += results[t].full.episodes;
+    for (std::size_t b = 0; b < o.budgets.size(); ++b)
+      for (std::size_t c = 0; c < configs.size(); ++c) {
+        const auto& cell = results[t].cells[c * o.budgets.size() + b];
+        rows.push_back({model, tier, o.budgets[b], configs[c].kind.name, configs[c].page_size, &cell});
+        answered += cell.total().probes;
+      }
+    answered += results[t].full.total().probes;
+  }
+
+  // Markdown.
+  std::ostringstream md_out;
+  char head[512];
+  const std::size_t per_model_probes = models.empty() ? 0 : distinct / models.size();
+  const std::size_t per_model_episodes = models.empty() ? 0 : episodes / models.size();
+  std::snprintf(head, sizeof head,
+                "memdecay-eval %s: %zu model%s x %zu tier%s (%zu episodes, %zu probes per model) x (%zu configs x %zu "
+                "budget%s + the full cache) = %zu probe answers; %.1f s on %zu thread%s\n",
+                md::version_string, models.size(), models.size() == 1 ? "" : "s", files.size(),
+                files.size() == 1 ? "" : "s", per_model_episodes, per_model_probes, configs.size(), o.budgets.size(),
+                o.budgets.size() == 1 ? "" : "s", answered, seconds, o.threads, o.threads == 1 ? "" : "s");
+  md_out << head;
+  md_out << "Protocol: prefilled segments in chunks of " << o.prefill_chunk
+         << " tokens, generated ones a token per step; online eviction (every policy run re-runs the model); probes "
+            "forked (greedy, 1 token), recall = the answer token; last "
+         << o.recent_tokens << " tokens protected" << (o.pin_plan ? ", plan pinned" : "") << "; budget = floor(fraction x "
+         << "episode tokens).\n";
+  for (std::size_t i = 0; i < files.size(); ++i)
+    md_out << "Episodes: " << files[i].source << " (" << files[i].label() << ", seed " << files[i].seed << ", "
+           << (targets.empty() ? 0 : targets[i].episodes()) << " of " << files[i].episodes.size() << " episodes)\n";
+  for (const auto& c : calibration_text) md_out << "Calibration: " << c << "\n";
+  md_out << "\n| model | tier | budget | policy | page | probes | recall | of full | survival | pinned | unpinned | "
+            "over-budget steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    const auto tot = r.result->total();
+    const auto pin = r.result->by_pinned(table, true), unpin = r.result->by_pinned(table, false);
+    md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
+           << (r.policy == "full" ? "**full cache**" : r.policy) << " | " << r.page_size << " | " << tot.probes << " | "
+           << pct(tot.recalled, tot.probes) << " | " << pct(tot.recalled, tot.ceiling) << " | "
+           << pct(tot.survived, tot.probes) << " | " << frac(pin.recalled, pin.probes) << " | "
+           << pct(unpin.recalled, unpin.probes) << " | " << r.result->over_budget_steps << " |\n";
+  }
+  md_out << "\nRecall per region of the fact\n\n| model | tier | budget | policy | page |";
+  for (const auto& p : table.params()) md_out << " " << p.name << (p.pinned ? " (pinned)" : "") << " |";
+  md_out << "\n|---|---|---:|---|---:|";
+  for (std::size_t i = 0; i < table.size(); ++i) md_out << "---:|";
+  md_out << "\n";
+  for (const auto& r : rows) {
+    md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
+           << (r.policy == "full" ? "**full cache**" : r.policy) << " | " << r.page_size << " |";
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const auto& g = r.result->regions[i];
+      md_out << " " << pct(g.recalled, g.probes) << " |";
+    }
+    md_out << "\n";
+  }
+  // Pooled over tiers: recall (unpinned recall) per model, config and budget.
+  md_out << "\nTiers pooled: recall (unpinned recall)\n\n| model | policy | page |";
+  for (double b : o.budgets) md_out << " " << budget_text(b) << " |";
+  md_out << "\n|---|---|---:|";
+  for (std::size_t i = 0; i < o.budgets.size(); ++i) md_out << "---:|";
+  md_out << "\n";
+  for (const auto& m : model_names) {
+    ev::run_result full;
+    for (const auto& r : rows)
+      if (r.model == m && r.policy == "full") full.merge(*r.result);
+    md_out << "| " << m << " | **full cache** | " << settings.ceiling_page_size << " |";
+    for (std::size_t i = 0; i < o.budgets.size(); ++i)
+      md_out << " " << pct(full.total().recalled, full.total().probes) << " ("
+             << pct(full.by_pinned(table, false).recalled, full.by_pinned(table, false).probes) << ") |";
+    md_out << "\n";
+    for (const auto& c : configs) {
+      md_out << "| " << m << " | " << c.kind.name << " | " << c.page_size << " |";
+      for (double b : o.budgets) {
+        ev::run_result pooled;
+        for (const auto& r : rows)
+          if (r.model == m && r.policy == c.kind.name && r.page_size == c.page_size && r.budget == b) pooled.merge(*r.result);
+        const auto tot = pooled.total(), un = pooled.by_pinned(table, false);
+        md_out << " " << pct(tot.recalled, tot.probes) << " (" << pct(un.recalled, un.probes) << ") |";
+      }
+      md_out << "\n";
+    }
+  }
+  std::uint64_t violations = 0;
+  for (const auto& r : rows) violations += r.result->budget_violations;
+  if (violations > 0) md_out << "\nWARNING: " << violations << " steps ended above the budget without a pinned/protected reason\n";
+  if (!trace_paths.empty()) {
+    md_out << "\nTraces (full-cache attention):";
+    for (const auto& p : trace_paths) md_out << " " << p;
+    md_out << "\n";
+  }
+  std::fputs(md_out.str().c_str(), stdout);
+  if (!o.markdown_path.empty()) {
+    std::ofstream out(o.markdown_path);
+    if (!out) throw std::runtime_error("--markdown: cannot create '" + o.markdown_path + "'");
+    out << md_out.str();
+    if (!out) throw std::runtime_error("--markdown: cannot write '" + o.markdown_path + "'");
+  }
+
+  if (!o.json_path.empty()) {
+    json j{{"tool", "memdecay-eval"}, {"version", md::version_string}, {"seconds", seconds}, {"threads", o.threads},
+           {"probe_answers", answered}, {"probes", distinct}, {"episode_runs", episodes}};
+    j["settings"] = {{"budgets", o.budgets},
+                     {"budget_unit", "fraction of each episode's tokens (floor)"},
+                     {"prefill_chunk", o.prefill_chunk},
+                     {"recent_tokens", o.recent_tokens},
+                     {"sink_pages", o.sink_pages},
+                     {"pin_plan", o.pin_plan},
+                     {"fork", settings.fork},
+                     {"ceiling_page_size", settings.ceiling_page_size},
+                     {"calibrations", calibration_text},
+                     {"max_new", settings.max_new}};
+    json jm = json::array();
+    for (std::size_t m = 0; m < models.size(); ++m) {
+      const auto& c = models[m].config();
+      jm.push_back({{"name", models[m].name()},
+                    {"path", model_paths[m]},
+                    {"vocab", c.vocab},
+                    {"d_model", c.d_model},
+                    {"n_layers", c.n_layers},
+                    {"n_heads", c.n_heads},
+                    {"conv_kernel", c.conv_kernel},
+                    {"mlp_hidden", c.mlp_hidden}});
+    }
+    j["models"] = std::move(jm);
+    json jt = json::array();
+    for (std::size_t i = 0; i < files.size(); ++i)
+      jt.push_back({{"label", files[i].label()}, {"path", files[i].source}, {"seed", files[i].seed},
+                    {"episodes", targets.empty() ? 0 : targets[i].episodes()}, {"episodes_in_file", files[i].episodes.size()}});
+    j["tiers"] = std::move(jt);
+    json jp = json::array();
+    for (const auto& k : chosen) jp.push_back({{"name", k.name}, {"description", k.description}});
+    j["policies"] = std::move(jp);
+    json jr = json::array();
+    for (const auto& r : rows) {
+      const auto& x = *r.result;
+      json cell{{"model", r.model},
+                {"tier", r.tier},
+                {"budget", r.budget ? json(*r.budget) : json(nullptr)},
+                {"policy", r.policy},
+                {"page_size", r.page_size}};
+      cell["all"] = counts_json(x.total());
+      cell["pinned"] = counts_json(x.by_pinned(table, true));
+      cell["unpinned"] = counts_json(x.by_pinned(table, false));
+      json regions = json::object();
+      for (std::size_t i = 0; i < table.size(); ++i) regions[table[static_cast<md::region_id>(i)].name] = counts_json(x.regions[i]);
+      cell["regions"] = std::move(regions);
+      cell["episodes"] = x.episodes;
+      cell["tokens"] = x.tokens;
+      cell["steps"] = x.steps;
+      cell["budget_tokens"] = x.budget_tokens;
+      cell["evicted_pages"] = x.evicted_pages;
+      cell["evicted_tokens"] = x.evicted_tokens;
+      cell["over_budget_steps"] = x.over_budget_steps;
+      cell["budget_violations"] = x.budget_violations;
+      cell["forked_steps"] = x.forked_steps;
+      cell["max_resident"] = x.max_resident;
+      jr.push_back(std::move(cell));
+    }
+    j["results"] = std::move(jr);
+    j["traces"] = trace_paths;
+    std::ofstream out(o.json_path);
+    if (!out) throw std::runtime_error("--json: cannot create '" + o.json_path + "'");
+    out << j.dump(2) << '\n';
+    if (!out) throw std::runtime_error("--json: cannot write '" + o.json_path + "'");
+  }
+  if (!o.plot_path.empty()) write_svg(o.plot_path, rows, model_names, tier_names, o.budgets, config_labels, table);
+  return violations > 0 ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  CLI::App app{
+      "memdecay-eval: KV-cache eviction policies on the attention of the bundled tiny transformers. Every episode "
+      "runs through the model with a paged KV cache while a policy evicts online under a budget (eviction "
+      "compounds); recall probes are answered by greedy decoding over the survivors, without polluting the "
+      "episode. Prints recall per model x tier x budget x policy x page size (per region, pinned and unpinned) "
+      "with the full cache as the ceiling. docs/eval.md.",
+      "memdecay-eval"};
+  app.add_flag("--quick", o.quick,
+               "The README demo: small model, 450-token tier, budget 25%, MemDecay (none, uniform) against "
+               "StreamingLLM, H2O and TOVA, 4 episodes (options given explicitly still apply)");
+  app.add_option("--data-dir", o.data_dir, "Where models/<name>/model.safetensors and episodes-<tier>.json are")
+      ->capture_default_str()
+      ->type_name("DIR");
+  app.add_option("--models", o.models, "Models: names under --data-dir, or .safetensors paths")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--tiers", o.tiers, "Tiers: episodes-<tier>.json under --data-dir")->delimiter(',')->capture_default_str();
+  app.add_option("--episodes-file", o.episode_files, "Episode files instead of --tiers (docs/eval.md)")
+      ->type_name("FILE")
+      ->delimiter(',');
+  app.add_option("--episodes", o.episodes, "Use the first N episodes of each tier (0: all)")->capture_default_str();
+  app.add_option("--budgets,-b", o.budgets, "Budgets as fractions in (0, 1] of each episode's tokens")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--policies,-p", o.policies,
+                 "Policies: all, memdecay (the four normalisations), baselines, or names (--list-policies); NAME-unpinned "
+                 "runs NAME with no region pinned")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--page-sizes", o.page_sizes, "Page sizes for MemDecay")->delimiter(',')->capture_default_str();
+  app.add_option("--baseline-page-sizes", o.baseline_page_sizes, "Page sizes for the baselines")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--threads,-j", o.threads, "Episodes evaluated in parallel (results do not depend on it)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
+  app.add_option("--json", o.json_path, "Write every number as JSON to PATH")->type_name("PATH");
+  app.add_option("--markdown", o.markdown_path, "Also write the markdown tables to PATH")->type_name("PATH");
+  app.add_option("--plot", o.plot_path, "Write an SVG chart of recall and unpinned recall to PATH (.svg)")->type_name("PATH");
+  app.add_option("--record-traces", o.traces_dir,
+                 "Write the full-cache runs' attention (per layer) as trace files DIR/<model>-tier-<n>.mdtrace, for "
+                 "memdecay-calibrate and memdecay-replay")
+      ->type_name("DIR");
+  app.add_option("--trace-episodes", o.trace_episodes, "Episodes per model and tier to record with --record-traces")
+      ->capture_default_str();
+  app.add_option("--calibration", o.calibrations,
+                 "A calibration file (memdecay-calibrate): its fitted decay rates and base priorities replace the "
+                 "region defaults in every policy; PATH for every model or NAME=PATH for one (repeatable)")
+      ->type_name("[MODEL=]PATH");
+  app.add_option("--recent-tokens", o.recent_tokens, "Pages holding the last N resident tokens are never evicted")
+      ->capture_default_str();
+  app.add_option("--sink-pages", o.sink_pages, "The first N pages are never evicted")->capture_default_str();
+  app.add_option("--prefill-chunk", o.prefill_chunk, "Tokens per step in prefilled segments")->capture_default_str();
+  app.add_flag("--pin-plan", o.pin_plan, "Pin the plan region as well as the system prompt");
+  app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1; 0.5 for zscore)");
+  app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none; 2 otherwise)");
+  app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
+  app.add_flag("--no-fork", o.no_fork,
+               "Run every policy from the first token instead of from the full cache's state at its first eviction "
+               "(same results, about twice the time)");
+  app.add_flag("--list-policies", o.list_policies, "List the policies and exit");
+  app.add_flag("--progress", o.progress, "Show the progress bar even when stderr is not a terminal");
+  app.add_flag("--no-progress", o.no_progress, "Never show the progress bar");
+  app.set_version_flag("--version", std::string(md::version_string));
+  app.footer(
+      "Exit status: 0 on success, 1 on bad input (missing or malformed model or episode file, unknown policy, bad "
+      "budget), 3 if a budget was exceeded without a pinned/protected reason (a bug), 100+ on command-line errors.\n"
+      "Example: memdecay-eval --quick");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (o.list_policies) {
+      for (const auto& k : ev::all_policy_kinds({o.alpha, o.tau, o.ewma_beta}, {.sink_pages = o.sink_pages,
+                                                                               .recent_tokens = o.recent_tokens}))
+        std::printf("%-20s %s\n", k.name.c_str(), k.description.c_str());
+      return 0;
+    }
+    if (o.quick) apply_quick(o, app);
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memdecay-eval: error: %s\n", e.what());
+    return 1;
+  }
+}
