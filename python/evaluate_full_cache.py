@@ -24,8 +24,10 @@ REGIONS = ["system", "plan", "user", "tool_in", "tool_out", "retrieval", "scratc
 
 
 @torch.no_grad()
-def probe_predictions(m, tokens, probes, query_token):
-    """Greedy answers (list of ints) for probes [(at, key)] over the episode `tokens` (list of ints)."""
+def probe_predictions(m, tokens, probes, query_token, hidden=None):
+    """Greedy answers (list of ints) for probes [(at, key)] over the episode `tokens` (list of ints).
+    hidden (optional, a sanity check of eviction): bool tensor [P, N], True where the probe must not see a
+    prefix position (evicted just before the probe; the prefix's own states stay those of the full cache)."""
     c = m.config
     d, H, k, eps = c["d_model"], c["n_heads"], c["conv_kernel"], c["norm_eps"]
     hd = d // H
@@ -38,6 +40,8 @@ def probe_predictions(m, tokens, probes, query_token):
     pos_e = torch.stack([at, at + 1], 1)                                    # [P, 2]
     cos_e, sin_e = cos[pos_e].unsqueeze(1), sin[pos_e].unsqueeze(1)         # [P, 1, 2, hd/2]
     mask_prefix = torch.arange(N)[None, :] >= at[:, None]                   # [P, N] True = not visible
+    if hidden is not None:
+        mask_prefix = mask_prefix | hidden
     for L in m.layers:
         # Prefix (the whole episode; causality makes position t independent of later tokens).
         h = M.rmsnorm(x, L.norm1, eps)
@@ -81,6 +85,34 @@ def probe_predictions_naive(m, tokens, probes, query_token):
     return out
 
 
+def evaluate_dropped(m, episodes_file, drop, keep_fact, seed=0):
+    """Sanity check of how answers depend on residency: before each probe, hide a random `drop` fraction of the
+    prefix (never BOS; the probed fact's two tokens kept if keep_fact, else hidden too, along with every inline
+    re-read of its key). Not the C++ protocol (no online eviction); a quick robustness number."""
+    import numpy as np
+    with open(episodes_file) as f:
+        data = json.load(f)
+    qt = data["vocab_layout"]["query"]
+    rng = np.random.default_rng(seed)
+    ok = n = 0
+    for ep in data["episodes"]:
+        toks = ep["tokens"]
+        N = len(toks)
+        hidden = torch.from_numpy(rng.random((len(ep["probes"]), N)) < drop)
+        hidden[:, 0] = False
+        for i, p in enumerate(ep["probes"]):
+            a = p["fact_first"]
+            hidden[i, a:a + 2] = not keep_fact
+            if not keep_fact:
+                for j in range(1, N - 1):
+                    if toks[j - 1] == qt and toks[j] == p["key"]:
+                        hidden[i, j - 1:j + 2] = True
+        pred = probe_predictions(m, toks, [(p["at"], p["key"]) for p in ep["probes"]], qt, hidden)
+        ok += sum(int(y == p["answer"]) for p, y in zip(ep["probes"], pred))
+        n += len(pred)
+    return ok / n
+
+
 def evaluate(m, episodes_file, naive=False):
     with open(episodes_file) as f:
         data = json.load(f)
@@ -109,6 +141,8 @@ def main():
     ap.add_argument("--naive", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--robustness", action="store_true",
+                    help="also: recall with 50%% of the other prefix tokens hidden, and with the fact hidden")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     m, _, name = M.load_model(a.model)
@@ -118,6 +152,13 @@ def main():
         results.append(r)
         regs = "  ".join(f"{k} {v['correct']}/{v['probes']}" for k, v in r["regions"].items())
         print(f"{name} tier {r['tier']}: recall {r['correct']}/{r['probes']} = {100 * r['recall']:.1f}%   {regs}")
+    if a.robustness:
+        for e in a.episodes:
+            tier = json.load(open(e))["tier"]
+            r1 = evaluate_dropped(m, e, 0.5, True)
+            r2 = evaluate_dropped(m, e, 0.0, False)
+            print(f"{name} tier {tier}: 50% of other tokens hidden, fact kept: {100 * r1:.1f}%; "
+                  f"fact and its re-reads hidden: {100 * r2:.1f}% (chance 1/64)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": name, "results": results}, f, indent=1)

@@ -95,6 +95,8 @@ def main():
                     help="early stop also needs the last minute's mean answer loss (nats) at or below this")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="output directory (default models/<model>)")
+    ap.add_argument("--resume", help="continue from these weights (straight to stage 2; fresh optimizer); the "
+                                     "log is appended to")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -110,12 +112,17 @@ def main():
     cfg["rope_theta"] = a.rope_theta
     m = M.TinyLM(cfg)
     m.init_weights(a.seed)
-    if a.init == "circuit":
+    if a.resume:
+        prev, _, _ = M.load_model(a.resume)
+        if prev.config != cfg:
+            raise SystemExit(f"--resume: config {prev.config} differs from {cfg}")
+        m.load_state_dict(prev.state_dict())
+    elif a.init == "circuit":
         low = M.init_recall_circuit(m, a.seed, alpha2=a.alpha2)
         print(f"recall-circuit init: low-frequency RoPE pairs {low}")
     out = a.out or os.path.join(ROOT, "models", a.model)
     os.makedirs(out, exist_ok=True)
-    logf = open(os.path.join(out, "train_log.txt"), "w")
+    logf = open(os.path.join(out, "train_log.txt"), "a" if a.resume else "w")
 
     def log(s):
         line = f"[{time.strftime('%H:%M:%S', time.gmtime())}] {s}"
@@ -126,6 +133,8 @@ def main():
     nparam = sum(p.numel() for p in m.parameters())
     log(f"model {a.model}: {json.dumps(cfg)}; {nparam} parameters")
     log(f"args: {json.dumps(vars(a))}")
+    if a.resume:
+        log(f"resumed from {a.resume} (stage 2)")
     decay = [p for n, p in m.named_parameters() if p.dim() == 2 and n != "embed" and "conv" not in n]
     nodecay = [p for n, p in m.named_parameters() if not (p.dim() == 2 and n != "embed" and "conv" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd}, {"params": nodecay, "weight_decay": 0.0}],
@@ -143,7 +152,7 @@ def main():
     total_s = a.minutes * 60
     step = 0
     idx = {160: 0, 450: 0, 1700: 0}
-    stage = 0 if a.stage0 > 0 else 1
+    stage = 2 if a.resume else 0 if a.stage0 > 0 else 1
     acc_recent = 0.0
     stats = dict(loss=0.0, c=0, n=0, tok=0, steps=0)
     last_log, last_eval = t0, t0
@@ -232,8 +241,13 @@ def main():
     res, vs, vl = full_eval("final")
     log(f"done: {step} steps in {time.time() - t0:.0f}s; sequences {idx}; "
         f"best checkpoint step {best_info['step']} (min tier recall {100 * best:.1f}%)")
-    with open(os.path.join(out, "train_summary.json"), "w") as fsum:
-        json.dump({"model": a.model, "config": cfg, "parameters": nparam, "args": vars(a), "steps": step,
+    summary_path = os.path.join(out, "train_summary.json")
+    previous = None
+    if a.resume and os.path.exists(summary_path):
+        with open(summary_path) as fprev:
+            previous = json.load(fprev)
+    with open(summary_path, "w") as fsum:
+        json.dump({"previous_run": previous, "model": a.model, "config": cfg, "parameters": nparam, "args": vars(a), "steps": step,
                    "seconds": round(time.time() - t0), "sequences": {str(k): v for k, v in idx.items()},
                    "best": best_info, "history": history}, fsum, indent=1)
 
