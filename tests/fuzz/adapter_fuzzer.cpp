@@ -711,10 +711,13 @@ class harness {
       FUZZ_CHECK(plan.plans.contains(id) && same_plan(plan.plans.at(id), p), "select_global: plan of " + std::to_string(id));
     // Invariants, stated directly: no victim is pinned, sink, recent, partial or protected; a feasible global
     // budget reaches its low watermark.
+    std::map<std::uint64_t, std::vector<model_status>> statuses;  // once per sequence: O(tokens) each
     for (const auto& v : plan.victims) {
       const request* r = find(v.sequence);
-      FUZZ_CHECK(r && r->m.statuses(r->indices_of(r->protect))[v.page] == model_status::evictable,
-                 "select_global: a victim that may not be evicted");
+      FUZZ_CHECK(r != nullptr, "select_global: a victim of a sequence that is not open");
+      auto it = statuses.find(v.sequence);
+      if (it == statuses.end()) it = statuses.emplace(v.sequence, r->m.statuses(r->indices_of(r->protect))).first;
+      FUZZ_CHECK(it->second[v.page] == model_status::evictable, "select_global: a victim that may not be evicted");
     }
     if (!global_.is_unlimited() && plan.pages_short == 0) {
       const std::size_t after = mgr_.reclaimable_pages() - plan.pages_freed;
