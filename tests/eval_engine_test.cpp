@@ -117,7 +117,7 @@ void expect_error(const std::function<void()>& f, std::initializer_list<std::str
 
 // --- the loader ------------------------------------------------------------------------------------------------
 
-class loader : public ::testing::Test {
+class eval_engine_loader : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(random_tiny)) << random_tiny;
@@ -156,7 +156,7 @@ class loader : public ::testing::Test {
   fs::path dir;
 };
 
-TEST_F(loader, loads_the_random_tiny_model) {
+TEST_F(eval_engine_loader, loads_the_random_tiny_model) {
   const auto& m = model_at(random_tiny);
   const auto c = config();
   EXPECT_EQ(m.config().vocab, c["vocab"].get<int>());
@@ -172,11 +172,11 @@ TEST_F(loader, loads_the_random_tiny_model) {
   EXPECT_NO_THROW(tiny_lm::load(write(header, data)));
 }
 
-TEST_F(loader, rejects_a_missing_file) {
+TEST_F(eval_engine_loader, rejects_a_missing_file) {
   expect_error([&] { (void)tiny_lm::load(dir / "no-such.safetensors"); }, {"no-such.safetensors", "cannot open"});
 }
 
-TEST_F(loader, rejects_truncated_files) {
+TEST_F(eval_engine_loader, rejects_truncated_files) {
   auto cut = bytes;
   cut.resize(cut.size() - 100);
   expect_error([&] { (void)tiny_lm::load(write_bytes(cut)); }, {"run past the data section", "truncated"});
@@ -186,14 +186,14 @@ TEST_F(loader, rejects_truncated_files) {
   expect_error([&] { (void)tiny_lm::load(write_bytes(cut)); }, {"header length", "exceeds"});
 }
 
-TEST_F(loader, rejects_a_bad_header_length) {
+TEST_F(eval_engine_loader, rejects_a_bad_header_length) {
   expect_error([&] { (void)tiny_lm::load(write(header, data, bytes.size())); }, {"header length", "exceeds"});
   expect_error([&] { (void)tiny_lm::load(write(header, data, 20)); }, {"not valid JSON"});
   // One byte too long: the header swallows the first data byte and no longer parses.
   expect_error([&] { (void)tiny_lm::load(write(header, data, header.dump().size() + 1)); }, {"not valid JSON"});
 }
 
-TEST_F(loader, rejects_a_wrong_dtype) {
+TEST_F(eval_engine_loader, rejects_a_wrong_dtype) {
   auto h = header;
   h["layers.0.wk"]["dtype"] = "I32";  // same width: only the dtype check can catch it
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'layers.0.wk'", "dtype I32, expected F32"});
@@ -202,13 +202,13 @@ TEST_F(loader, rejects_a_wrong_dtype) {
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'norm_f'", "F16"});
 }
 
-TEST_F(loader, rejects_a_missing_tensor) {
+TEST_F(eval_engine_loader, rejects_a_missing_tensor) {
   auto h = header;
   h.erase("layers.1.wo");
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'layers.1.wo' is missing"});
 }
 
-TEST_F(loader, rejects_an_unexpected_tensor) {
+TEST_F(eval_engine_loader, rejects_an_unexpected_tensor) {
   auto h = header;
   h["lm_head"] = h["norm_f"];
   h["lm_head"]["data_offsets"] = json::array({data.size(), data.size()});
@@ -216,7 +216,7 @@ TEST_F(loader, rejects_an_unexpected_tensor) {
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"unexpected tensor 'lm_head'"});
 }
 
-TEST_F(loader, rejects_a_wrong_shape) {
+TEST_F(eval_engine_loader, rejects_a_wrong_shape) {
   auto h = header;
   const int d = config()["d_model"].get<int>();
   h["layers.0.wq"]["shape"] = json::array({d / 2, 2 * d});  // same byte count
@@ -228,7 +228,7 @@ TEST_F(loader, rejects_a_wrong_shape) {
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'layers.0.b1'", "needs"});
 }
 
-TEST_F(loader, rejects_overlapping_and_out_of_range_offsets) {
+TEST_F(eval_engine_loader, rejects_overlapping_and_out_of_range_offsets) {
   auto h = header;
   auto size = [&](const char* t) { return h[t]["data_offsets"][1].get<std::uint64_t>() - h[t]["data_offsets"][0].get<std::uint64_t>(); };
   h = header;
@@ -243,7 +243,7 @@ TEST_F(loader, rejects_overlapping_and_out_of_range_offsets) {
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'norm_f'", "reversed"});
 }
 
-TEST_F(loader, rejects_bad_metadata) {
+TEST_F(eval_engine_loader, rejects_bad_metadata) {
   auto h = header;
   auto c = config();
   c.erase("n_heads");
