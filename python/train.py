@@ -2,18 +2,24 @@
 
   /usr/bin/python3 python/train.py --model small --minutes 20
   /usr/bin/python3 python/train.py --model large --minutes 25
+  /usr/bin/python3 python/train.py --model large --resume models/large/model.safetensors --minutes 15 \
+      --lr 1e-3 --warmup 5 --eval-every 7                     # how the committed large model was continued
 
 Data: every step draws new training episodes (RNG stream TRAIN_STREAM, disjoint from the evaluation files) with
 probe triples `query key value` inserted inline at their probe points (3 per fact, ages spread); the loss is the
 cross-entropy of the answer token after every `query key` (inserted probes and the episode's own re-reads), on
-nothing else. Curriculum: the first `--phase-a` of the run uses 450-token episodes only (cropped/padded to 480);
-half of those sequences get "stretched" RoPE positions (a sorted random sample of 0..1759), so that relative
-distances up to ~1,760 are seen cheaply; then each step is a 1700-token batch (1760 long, contiguous positions)
-with probability `--long-share`, else a 450-token batch. AdamW, linear warm-up then cosine decay to 10%, over
-time (--minutes) or, for a bit-exact rerun, over steps (--steps). Every minute: tokens/s, training loss and
-accuracy, accuracy on held-out sequences; every --eval-every minutes the exact full-cache recall on
-models/episodes-{450,1700}.json (evaluate_full_cache.py); the best checkpoint by min(tier recall) is kept, and
-the run stops early once both tiers and the held-out sets exceed --target.
+nothing else.
+Curriculum: stage 0, batches of 16 episodes of 160 tokens, until a minute's training accuracy reaches
+--stage0-acc (or --stage0 of the run); stage 1, batches of 8 episodes of 450 tokens (cropped/padded to 480),
+--stretch of them with "stretched" RoPE positions (a sorted random sample of 0..1759, so relative distances up to
+~1,760 are seen cheaply), until --stage1-acc (or --phase-a of the run); stage 2, each step a batch of
+--batch-long 1700-token episodes (1760 long, contiguous positions) with probability --long-share, else a stage-1
+batch. Init: random, then (--init circuit, the default) model.init_recall_circuit on layer 0.
+AdamW, linear warm-up then cosine decay to 10%, over time (--minutes) or, for a bit-exact rerun, over steps
+(--steps; the stages then change at their run fractions only, not on accuracy). Every minute: tokens/s, training loss and accuracy, accuracy on held-out sequences; every --eval-every
+minutes (stage 2) the exact full-cache recall on models/episodes-{450,1700}.json (evaluate_full_cache.py); the best
+checkpoint by min(tier recall) is kept, and the run stops early once the last minute's answer loss is at most
+--target-loss and both tiers and the held-out sets reach --target.
 """
 import argparse
 import json
@@ -190,10 +196,10 @@ def main():
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, f))))
         for g in opt.param_groups:
             g["lr"] = lr
-        if stage == 0 and (f >= a.stage0 or acc_recent >= a.stage0_acc):
+        if stage == 0 and (f >= a.stage0 or (acc_recent >= a.stage0_acc and not a.steps)):
             stage, acc_recent = 1, 0.0
             log(f"stage 1 (450-token episodes) from step {step}")
-        if stage == 1 and (f >= a.phase_a or acc_recent >= a.stage1_acc):
+        if stage == 1 and (f >= a.phase_a or (acc_recent >= a.stage1_acc and not a.steps)):
             stage, acc_recent = 2, 0.0
             log(f"stage 2 (mixed 1700/450) from step {step}")
         if stage == 0:
