@@ -543,8 +543,9 @@ TEST(EvalHarness, RecordsTheFullCacheRunAsATrace) {
 namespace {
 
 const std::filesystem::path source_dir = MEMDECAY_SOURCE_DIR;
-// The full cache's recall on the 2 episodes, measured on the committed weights minus a margin (docs/eval.md).
-constexpr double SMALL_FULL_RECALL_MIN = 0.9;
+// The full cache's recall on these 2 episodes: measured 43/43 (100%) on the committed weights; the margin allows
+// 2 misses.
+constexpr double SMALL_FULL_RECALL_MIN = 0.95;
 
 ev::session_factory<ev::kv_session> engine_factory(const ev::tiny_lm& model) {
   return [&model](std::size_t page, std::size_t max_tokens) { return ev::kv_session(model, page, max_tokens); };
