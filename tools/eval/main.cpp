@@ -26,6 +26,7 @@
 #include <memdecay/trace.hpp>
 #include <memdecay/version.hpp>
 
+#include "../common/progress_bar.hpp"
 #include "engine/tiny_lm.hpp"
 #include "episodes.hpp"
 #include "harness.hpp"
@@ -73,34 +74,6 @@ void apply_quick(options& o, const CLI::App& app) {
   if (app.count("--page-sizes") == 0) o.page_sizes = {16};
   if (app.count("--episodes") == 0) o.episodes = 8;
 }
-
-class progress_bar {
- public:
-  explicit progress_bar(bool enabled) : enabled_(enabled), start_(clock::now()) {}
-  void update(std::size_t done, std::size_t total) {
-    if (!enabled_) return;
-    const auto now = clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    if (elapsed < 1.0 || (done != total && std::chrono::duration<double>(now - last_).count() < 0.2)) return;
-    last_ = now;
-    drawn_ = true;
-    const int width = 40;
-    const int filled = static_cast<int>(static_cast<double>(width) * static_cast<double>(done) / static_cast<double>(total));
-    const double eta = done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0.0;
-    std::fprintf(stderr, "\r[%s%s] %3d%%  %zu/%zu episode runs  %.0f s, ~%.0f s left ", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), static_cast<int>(100.0 * done / total), done, total, elapsed,
-                 eta);
-    std::fflush(stderr);
-  }
-  ~progress_bar() {
-    if (drawn_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  bool enabled_, drawn_ = false;
-  clock::time_point start_, last_{};
-};
 
 std::string pct(std::uint64_t k, std::uint64_t n) {
   if (n == 0) return "-";
@@ -379,7 +352,7 @@ int run(options& o) {
   const bool show = !o.no_progress && (o.progress || isatty(STDERR_FILENO));
   std::vector<ev::target_result> results;
   {
-    progress_bar bar(show);
+    memdecay_tools::progress_bar bar("episode runs", show);
     results = ev::evaluate<ev::kv_session>(targets, configs, settings, o.threads,
                                            [&](std::size_t done, std::size_t total) { bar.update(done, total); });
   }

@@ -24,6 +24,7 @@
 #include <memdecay/trace_generator.hpp>
 #include <memdecay/version.hpp>
 
+#include "../common/progress_bar.hpp"
 #include "replay.hpp"
 
 namespace md = memdecay;
@@ -76,37 +77,6 @@ std::vector<rp::policy_entry> chosen_policies(const options& o) {
   }
   return out;
 }
-
-// A progress bar on stderr, drawn only when stderr is a terminal (or --progress) and the run has lasted a few
-// seconds; --no-progress turns it off.
-class progress_bar {
- public:
-  progress_bar(std::size_t total, bool enabled) : total_(total), enabled_(enabled), start_(clock::now()) {}
-  void tick() {
-    ++done_;
-    if (!enabled_) return;
-    const auto now = clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    if (elapsed < 2.0 || (done_ != total_ && std::chrono::duration<double>(now - last_).count() < 0.1)) return;
-    last_ = now;
-    drawn_ = true;
-    const int width = 40;
-    const int filled = static_cast<int>(static_cast<double>(width) * done_ / total_);
-    std::fprintf(stderr, "\r[%s%s] %3d%%  %zu/%zu episode replays  %.1f s", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), static_cast<int>(100.0 * done_ / total_), done_, total_,
-                 elapsed);
-    std::fflush(stderr);
-  }
-  ~progress_bar() {
-    if (drawn_) std::fprintf(stderr, "\n");
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-  std::size_t total_, done_ = 0;
-  bool enabled_, drawn_ = false;
-  clock::time_point start_, last_{};
-};
 
 std::string percent(double v) {
   char b[32];
@@ -378,7 +348,7 @@ int run(const options& o) {
   const bool show = !o.no_progress && (o.progress || isatty(STDERR_FILENO));
   std::vector<rp::cell_result> cells;
   {
-    progress_bar bar(episodes * policies.size() * o.budgets.size(), show);
+    memdecay_tools::progress_bar bar("episode replays", show, episodes * policies.size() * o.budgets.size());
     for (const auto& p : policies)
       for (double b : o.budgets)
         for (const auto& tier : tiers) {
