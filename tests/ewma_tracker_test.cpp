@@ -3,6 +3,8 @@
 
 #include <memdecay/ewma_tracker.hpp>
 
+#include <cmath>
+#include <random>
 #include <vector>
 
 namespace md = memdecay;
@@ -37,4 +39,29 @@ TEST(EwmaTracker, ConvergesToAConstantObservation) {
   const md::observation_params<double> p{.beta = 0.9, .tau = 1.0, .scale = 1.0};
   for (int i = 0; i < 400; ++i) md::observe_tokens_reference<double>(ewma, refreshed, mass, 1, p);
   EXPECT_NEAR(ewma[0], 0.4, 1e-12);
+}
+
+TEST(EwmaTracker, UpdateIsOneFusedMultiplyAddWhateverTheBuildFlags) {
+  // ewma_step = beta * a + rounded((1 - beta) * x) with a single rounding of the sum: the correctly rounded value
+  // of that expression (computed here in long double, exact for float operands up to a double rounding that is
+  // negligibly rare), on every build. observe_tokens_reference applies exactly it. Also counts how often the
+  // unfused float sum would differ, to show the difference is real.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 4.0f), b(0.0f, 0.999f);
+  int differs_from_unfused = 0;
+  for (int k = 0; k < 100000; ++k) {
+    const float a = u(rng), x = u(rng), beta = b(rng);
+    const float omb_x = (1.0f - beta) * x;
+    const float exact = static_cast<float>(static_cast<long double>(beta) * a + static_cast<long double>(omb_x));
+    const float got = md::ewma_step(a, x, beta);
+    ASSERT_EQ(got, exact) << a << " " << x << " " << beta;
+    volatile float product = beta * a;  // volatile: no contraction into an FMA
+    if (product + omb_x != got) ++differs_from_unfused;
+    std::vector<float> ewma{a};
+    std::vector<md::step_t> clocks{0};
+    const std::vector<float> mass{x};
+    md::observe_tokens_reference<float>(ewma, clocks, mass, 1, {.beta = beta, .tau = 10.0f, .scale = 1.0f});
+    ASSERT_EQ(ewma[0], got);
+  }
+  EXPECT_GT(differs_from_unfused, 1000);
 }

@@ -26,9 +26,12 @@ bool bitwise_equal(const std::vector<Float>& a, const std::vector<Float>& b) {
 }
 
 // Drives a basic_sequence and a policy_sequence<memdecay> with identical calls and checks after every step that
-// they agree bit for bit: page scores, plans, EWMA, refresh clocks, layout.
+// they agree bit for bit: page scores, plans, EWMA, refresh clocks, layout. Both score with the exp-free kernel
+// (the default) or both with the polynomial one; `fast_regions` gives two regions half-lives of 2 and 3 steps, so
+// the exp-free clock rebases every 115 steps (several times per episode).
 template <class Float>
-void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode) {
+void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode, bool expfree = true,
+                            bool fast_regions = false) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](std::uint64_t n) { return static_cast<std::size_t>(rng() % n); };
   const std::size_t P = std::size_t{1} << uniform(5);
@@ -42,8 +45,14 @@ void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode
                  .protection = {.sink_pages = uniform(3), .recent_tokens = uniform(3 * P)},
                  .budget = md::budget_config::tokens(high, high - static_cast<double>(P * uniform(4)))};
   if (uniform(2)) cfg.region_overrides = {{.region = "plan", .pinned = true}};
+  if (fast_regions) {
+    cfg.region_overrides.push_back({.region = "scratchpad", .half_life = 2.0});
+    cfg.region_overrides.push_back({.region = "tool_out", .half_life = 3.0});
+  }
   md::basic_sequence<Float> ref(cfg);
-  md::basic_policy_sequence<pol::memdecay, Float> seq(cfg);
+  md::basic_policy_sequence<pol::memdecay, Float> seq(cfg, {.exp_free_scores = expfree});
+  ASSERT_EQ(ref.use_expfree_scores(expfree), expfree);
+  ASSERT_EQ(seq.policy().expfree_scores(), expfree);
   md::block_pool<> pool_ref(4096, P), pool(4096, P);
   pool_ref.open(0);
   pool.open(0);
@@ -55,7 +64,7 @@ void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode
     seq.append(region, count);
     pool_ref.append_tokens(0, count);
     pool.append_tokens(0, count);
-    step += static_cast<md::step_t>(uniform(12));
+    step += static_cast<md::step_t>(uniform(fast_regions ? 40 : 12));
     ref.advance_to(step);
     seq.advance_to(step);
     switch (uniform(4)) {
@@ -109,6 +118,14 @@ void same_as_basic_sequence(std::uint64_t seed, md::attention_normalization mode
   }
 }
 
+// The polynomial kernel's page scores of the policy's state at the view's step.
+void ms_score_pages(const md::sequence_view& v, const pol::memdecay<float>& p, const md::config& cfg,
+                    std::vector<float>& out) {
+  const md::simd::region_lut<float> lut(*v.regions);
+  md::simd::score_pages(v.labels.data(), p.last_refresh().data(), p.ewma().data(), v.kv_len(), v.page_size, v.now,
+                        lut, static_cast<float>(cfg.alpha), out.data());
+}
+
 }  // namespace
 
 class MemDecayPolicyEpisodes : public ::testing::TestWithParam<std::uint64_t> {};
@@ -125,7 +142,49 @@ TEST_P(MemDecayPolicyEpisodes, DoubleNoneSameVictimsAsBasicSequence) {
 TEST_P(MemDecayPolicyEpisodes, DoubleUniformSameVictimsAsBasicSequence) {
   same_as_basic_sequence<double>(GetParam(), md::attention_normalization::uniform);
 }
+TEST_P(MemDecayPolicyEpisodes, FloatNoneAcrossExpfreeRebases) {
+  same_as_basic_sequence<float>(GetParam(), md::attention_normalization::none, true, true);
+}
+TEST_P(MemDecayPolicyEpisodes, DoubleUniformAcrossExpfreeRebases) {
+  same_as_basic_sequence<double>(GetParam(), md::attention_normalization::uniform, true, true);
+}
+TEST_P(MemDecayPolicyEpisodes, FloatUniformPolynomialScorer) {
+  same_as_basic_sequence<float>(GetParam(), md::attention_normalization::uniform, false);
+}
 INSTANTIATE_TEST_SUITE_P(Seeds, MemDecayPolicyEpisodes, ::testing::Range<std::uint64_t>(1, 31));
+
+TEST(PolicySequence, FusedObservationWhereTheBuildHasFma) {
+  // The sequences run the fused observation kernels exactly when the build has FMA instructions; this file is
+  // also built with -mavx2 -mfma (tests/CMakeLists.txt, tests prefixed "fma.") so both paths are covered.
+#if defined(__FMA__) || defined(__AVX512F__)
+  EXPECT_TRUE(md::simd::fused_observation_exact);
+#else
+  EXPECT_FALSE(md::simd::fused_observation_exact);
+#endif
+}
+
+TEST(PolicySequence, MemDecayPolicyWithoutOnAdvanceFallsBackToThePolynomialScorer) {
+  // A driver that never calls on_advance (here: a copy of the policy, left behind when the sequence's clock
+  // moves) must not score from stale exp-free factors: it gets the polynomial kernel's scores for the new step.
+  md::config cfg{.page_size = 8};
+  md::policy_sequence<pol::memdecay> seq(cfg);
+  ASSERT_TRUE(seq.policy().expfree_scores());
+  for (int k = 0; k < 30; ++k) seq.append(static_cast<md::region_id>(k % 7), 1 + k % 11);
+  seq.advance_to(40);
+  std::vector<float> mass(seq.kv_len(), 0.5f / static_cast<float>(seq.kv_len()));
+  mass[3] = 0.4f;
+  seq.observe_tokens(mass);
+  const pol::memdecay<float> stale = seq.policy();  // its clock stays at step 40
+  seq.advance_to(1000);                              // past a rebase (span 865 for the default regions)
+  std::vector<float> got(seq.num_pages()), poly(seq.num_pages());
+  stale.page_scores(seq.view(), std::span<float>(got));
+  const auto v = seq.view();
+  ms_score_pages(v, stale, cfg, poly);
+  EXPECT_EQ(got, poly);
+  // The sequence's own policy followed the clock: its exp-free scores agree with those to the kernels' tolerance.
+  const auto fresh = seq.page_scores();
+  for (std::size_t p = 0; p < fresh.size(); ++p) EXPECT_NEAR(fresh[p], poly[p], 1e-5f * poly[p] + 1e-30f) << p;
+}
 
 TEST(PolicySequence, LifetimeAndZscoreRunOnlyUnderThePolicyEvictor) {
   for (auto mode : {md::attention_normalization::lifetime, md::attention_normalization::zscore}) {

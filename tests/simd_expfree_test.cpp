@@ -77,7 +77,8 @@ TEST(SimdExpfree, SequenceScoresWithTheExpfreeKernelAcrossRebasesAndEvictions) {
   // default table), observations and evictions its scores match the reference within the documented bound, and a
   // fresh rebase of the same state gives the same scores.
   md::sequence seq(md::config{.page_size = 16, .normalization = md::attention_normalization::uniform});
-  EXPECT_FALSE(seq.expfree_scores());  // off by default: bitwise the policy sequence's scores
+  EXPECT_TRUE(seq.expfree_scores());  // on by default (the default table is inside the domain)
+  EXPECT_FALSE(seq.use_expfree_scores(false));
   seq.append(md::regions::system, 5);
   EXPECT_TRUE(seq.use_expfree_scores());
   EXPECT_TRUE(seq.expfree_scores());
@@ -121,14 +122,15 @@ TEST(SimdExpfree, SequenceScoresWithTheExpfreeKernelAcrossRebasesAndEvictions) {
   EXPECT_EQ(seq.page_scores(), poly);
 }
 
-TEST(SimdExpfree, OptedInSequenceTracksAPlainOneWithinTolerance) {
-  // Twin sequences on the same calls, one opted in: EWMA, clocks and layout stay identical (the observation is
-  // the reference in both), scores within the documented tolerance, for float and double.
+TEST(SimdExpfree, ExpfreeSequenceTracksAPolynomialOneWithinTolerance) {
+  // Twin sequences on the same calls, one on the polynomial kernel: EWMA, clocks and layout stay identical (the
+  // observation is the reference's in both), scores within the documented tolerance, for float and double.
   for (int twin_seed = 0; twin_seed < 4; ++twin_seed) {
     std::mt19937_64 rng(100 + twin_seed);
     md::config cfg{.page_size = std::size_t{1} << (rng() % 6)};
     md::basic_sequence<double> plain(cfg), fast(cfg);
-    ASSERT_TRUE(fast.use_expfree_scores());
+    ASSERT_FALSE(plain.use_expfree_scores(false));
+    ASSERT_TRUE(fast.expfree_scores());
     md::step_t now = 0;
     for (int round = 0; round < 80; ++round) {
       const auto r = static_cast<md::region_id>(rng() % 7);

@@ -20,8 +20,10 @@ TEST(SimdScoreKernel, DoubleScalarFallbackMatchesReference) {
 
 TEST(SimdScoreKernel, SequenceUsesTheKernelAndAgreesWithTheReference) {
   // The policy's page_scores() is the SIMD kernel; select() sees the same scores after an observation (cached
-  // by observe_tokens) as a fresh score-only pass would, and the EWMA is the reference's bit for bit.
+  // by observe_tokens) as a fresh score-only pass would, and the EWMA is the reference's bit for bit. (The
+  // polynomial scorer; the exp-free default is tested in simd_expfree_test.cpp.)
   md::sequence seq(md::config{.normalization = md::attention_normalization::uniform});
+  ASSERT_FALSE(seq.use_expfree_scores(false));
   std::mt19937_64 rng(3);
   for (int k = 0; k < 300; ++k) seq.append(static_cast<md::region_id>(1 + rng() % 6), 1 + rng() % 30);
   seq.advance_to(500);

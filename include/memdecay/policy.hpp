@@ -20,6 +20,10 @@
 //                                     layout before the removal) leave; compact the per-token state likewise
 //   p.page_scores(view, out)          const: one score per resident page (may allocate scratch)
 //   p.digest()                        const noexcept: a digest of the policy's state (for tensor-parallel checks)
+// and optionally
+//   p.on_advance(view)                noexcept: the clock moved to view.now (called by advance_to; a policy
+//                                     whose scores cache something per step, like policies::memdecay's
+//                                     exp-free factors, follows the clock here)
 //
 // Per-token state is kept in page order, exactly like sequence_state, so compaction is compact_token_column().
 // A policy with no per-token state (random, streaming_llm) derives its hooks from stateless_hooks.
@@ -84,6 +88,12 @@ concept eviction_policy =
       cp.page_scores(view, out);
       { cp.digest() } noexcept -> std::same_as<std::uint64_t>;
     };
+
+/// Whether P has the optional on_advance hook (see above); when it does, it must be noexcept.
+template <class P>
+concept advancing_policy = requires(P& p, const sequence_view& view) {
+  { p.on_advance(view) } noexcept;
+};
 
 namespace policy_support {
 

@@ -106,8 +106,11 @@ class basic_policy_sequence {
   }
 
   // --- clock -------------------------------------------------------------------------------------------------
-  /// Moves the logical clock forward (input_error if backwards).
-  void advance_to(step_t step) { state_.advance_to(step); }
+  /// Moves the logical clock forward (input_error if backwards), and tells the policy (on_advance, if it has one).
+  void advance_to(step_t step) {
+    state_.advance_to(step);
+    if constexpr (advancing_policy<policy_type>) policy_.on_advance(view());
+  }
 
   // --- attention ---------------------------------------------------------------------------------------------
   /// Observes per-token mass over the resident tokens, in page order. Returns what the policy's on_observe

@@ -78,6 +78,7 @@ class basic_sequence {
     params_.beta = static_cast<Float>(config_.effective_beta());
     params_.tau = static_cast<Float>(config_.tau);
     clock_.set(0, 0);
+    expfree_ = clock_.usable();  // the exp-free scorer by default, inside its domain (use_expfree_scores)
   }
 
   // --- read-only views ---------------------------------------------------------------------------------------
@@ -158,14 +159,15 @@ class basic_sequence {
   }
 
   // --- scores ------------------------------------------------------------------------------------------------
-  /// Opt-in: score with the exp-free kernel (simd/expfree.hpp: a decay term is a per-step region factor times a
-  /// per-token weight kept beside the state; no exponential per token except at a rebase every few hundred steps).
-  /// Returns whether it is on: false when `on` is false or the region table is outside the exp-free domain
-  /// (expfree_clock::usable()). Each decay term is then within 1.5 ulp of its exact value (float; docs/simd.md), the
-  /// polynomial kernel's 2 ulp otherwise: the two agree to within the scorer's tolerance, not bit for bit, so a
-  /// sequence that opts in may pick a different victim than policy_sequence<policies::memdecay> (which scores
-  /// with the polynomial kernel) when two pages' scores are within that tolerance. Off by default for that reason.
-  /// Costs one Float per resident token. Strong guarantee (allocation is the only step that may throw).
+  /// Chooses the scorer. On (the default): the exp-free kernel (simd/expfree.hpp: a decay term is a per-step
+  /// region factor times a per-token weight kept beside the state; no exponential per token except at a rebase
+  /// every floor(40 / max lambda_r) steps), whenever the region table is inside the exp-free domain
+  /// (expfree_clock::usable()); off: the polynomial-exp kernel (simd/score_kernel.hpp). Returns whether the
+  /// exp-free kernel is now in use. Exp-free decay terms are within 1.5 ulp of their exact value (float;
+  /// docs/simd.md), the polynomial kernel's within 2 ulp: the two agree to within the scorer's tolerance, not bit
+  /// for bit, so switching may change a victim where two pages' scores are that close.
+  /// policy_sequence<policies::memdecay> makes the same choice (params_type::exp_free_scores) and then evicts
+  /// exactly what this class evicts. Costs one Float per resident token. Strong guarantee.
   bool use_expfree_scores(bool on = true) {
     if (on && clock_.usable()) {
       weights_.resize(kv_len());
@@ -294,24 +296,32 @@ class basic_sequence {
   void check_normalised_finite(std::span<const Float> mass) const {
     detail::check_scaled_finite(mass, normalization_scale<Float>(config_.normalization, kv_len()));
   }
-  // The observation is observe_tokens_reference itself, so the EWMA bits are the reference's however the
-  // compiler contracts its a*b + c*d (with -march=native GCC fuses it into an FMA; the fused kernels' bits then
-  // depend on how it contracts their intrinsics): policies and ranks that replay the reference agree bit for bit.
-  // The page scores of the new state come from the exp-free scorer (simd/expfree.hpp: one sweep that also sets
-  // the weights of the tokens refreshed now), or from the polynomial-exp scorer when the region table is outside
-  // the exp-free domain, and are kept in scores_, which page_scores() and select() reuse until the next mutation
+  // One sweep where the isa fuses multiply-adds (simd::fused_observation_exact): the fused kernel applies the
+  // observation (EWMA by ewma_step's single rounding, refresh clocks, the refreshed tokens' exp-free weights) and
+  // writes the page scores of the new state; its EWMA and clocks are then bitwise observe_tokens_reference's, so
+  // policies and ranks that replay the reference agree bit for bit. Elsewhere the reference loop runs, then a
+  // score pass. The scores are kept in scores_, which page_scores() and select() reuse until the next mutation
   // (any mutation bumps the generation).
   std::size_t apply(std::span<const Float> mass) {
     scores_.resize(num_pages());  // the only step that may throw: the state is untouched so far
     params_.scale = normalization_scale<Float>(config_.normalization, kv_len());
-    const std::size_t refreshed =
-        observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
-    if (expfree_)
-      simd::sync_and_score_expfree<simd::native_isa, PageSize>(
-          state_.regions().data(), state_.last_refresh().data(), weights_.data(), state_.ewma().data(), kv_len(),
-          page_size(), clock_, alpha_, scores_.data());
-    else
-      simd::page_scores(state_, lut_, alpha_, std::span<Float>(scores_));
+    const auto out = std::span<Float>(scores_);
+    std::size_t refreshed = 0;
+    if constexpr (simd::fused_observation_exact) {
+      if (expfree_)
+        refreshed = simd::observe_and_score_expfree(state_, std::span<Float>(weights_), mass, params_, clock_, alpha_,
+                                                    out);
+      else
+        refreshed = simd::observe_and_score(state_, mass, params_, lut_, alpha_, out);
+    } else {
+      refreshed = observe_tokens_reference<Float>(state_.ewma_mut(), state_.last_refresh_mut(), mass, now(), params_);
+      if (expfree_)
+        simd::sync_and_score_expfree<simd::native_isa, PageSize>(
+            state_.regions().data(), state_.last_refresh().data(), weights_.data(), state_.ewma().data(), kv_len(),
+            page_size(), clock_, alpha_, scores_.data());
+      else
+        simd::page_scores(state_, lut_, alpha_, out);
+    }
     state_.touch();
     scores_generation_ = state_.generation();
     return refreshed;
@@ -361,7 +371,7 @@ class basic_sequence {
   observation_params<Float> params_{};
   simd::region_lut<Float> lut_;                 ///< regions_ in the SIMD kernel's layout
   simd::expfree_clock<Float> clock_;            ///< exp-free factors f_r, g_r at now() and the epoch
-  bool expfree_ = false;                        ///< the region table is in the exp-free domain
+  bool expfree_ = false;                        ///< scores from the exp-free kernel (use_expfree_scores)
   std::vector<Float> weights_;                  ///< exp-free w_i, one per resident token
   std::vector<Float> scores_;                   ///< page scores left by the last fused observation ...
   std::uint64_t scores_generation_ = ~std::uint64_t{0};  ///< ... valid while the state is at this generation

@@ -194,7 +194,7 @@ struct model_sequence {
       if (!std::isfinite(s * m)) return outcome::input_error;
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       const Float x = s * mass[i];
-      tokens[i].ewma = beta * tokens[i].ewma + (Float{1} - beta) * x;
+      tokens[i].ewma = std::fma(beta, tokens[i].ewma, (Float{1} - beta) * x);  // the spec: one rounding of the sum
       if (x > tau) tokens[i].refreshed = now;
     }
     ++generation;

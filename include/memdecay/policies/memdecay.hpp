@@ -9,12 +9,18 @@
 //
 // x_i is the observation normalised by config.normalization (config.hpp): none (x = m), uniform (x = n m),
 // lifetime (x = n m, and a_i / (1 - beta^k_i) in the score) or zscore (x = (m - mean) / std). For none and
-// uniform the observation is observe_tokens_reference and the scores come from the SIMD scorer that
-// basic_sequence uses (simd::score_pages, bitwise equal to its fused pass), so this policy evicts exactly what
-// memdecay::basic_sequence evicts on the same calls (tests/policy_sequence_test.cpp).
+// uniform the observation and the scores are computed exactly as memdecay::basic_sequence computes them (the
+// same fused kernel, or the reference loop and a score pass where the isa has no FMA; the same scorer), so this
+// policy evicts exactly what basic_sequence evicts on the same calls (tests/policy_sequence_test.cpp).
 //
-// State per token: last_refresh (u32), EWMA (Float), the observation count at append (u32). Cost: O(n) per
-// observation, O(n) exp per score (vectorised).
+// Scorer: the exp-free kernel (simd/expfree.hpp) by default when the region table is in its domain, else the
+// polynomial-exp kernel (params_type::exp_free_scores = false forces the latter). The exp-free weights follow the
+// clock through the optional on_advance hook (policy.hpp), which basic_policy_sequence calls on every
+// advance_to; a driver that does not call it gets the polynomial kernel's scores whenever the clock has moved.
+//
+// State per token: last_refresh (u32), EWMA (Float), the observation count at append (u32), the exp-free weight
+// (Float). Cost: O(n) per observation (one fused sweep that also leaves the page scores for select), O(n)
+// multiply-adds per score, one exp per token every floor(40 / max lambda_r) steps.
 #ifndef MEMDECAY_POLICIES_MEMDECAY_HPP
 #define MEMDECAY_POLICIES_MEMDECAY_HPP
 
@@ -33,6 +39,7 @@
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/policy.hpp"
 #include "memdecay/retention_score.hpp"
+#include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/score_kernel.hpp"
 
 namespace memdecay::policies {
@@ -43,26 +50,38 @@ class memdecay {
 
  public:
   using float_type = Float;
-  /// Everything comes from the config (alpha, ewma_beta / ewma_half_life, tau, normalization, regions).
-  struct params_type {};
+  /// Everything else comes from the config (alpha, ewma_beta / ewma_half_life, tau, normalization, regions).
+  struct params_type {
+    /// Score with the exp-free kernel when the region table allows it (basic_sequence::use_expfree_scores).
+    bool exp_free_scores = true;
+  };
   static constexpr std::string_view name = "memdecay";
 
-  memdecay(const params_type&, const config& cfg, const region_table& table)
+  memdecay(const params_type& params, const config& cfg, const region_table& table)
       : mode_(cfg.normalization),
         alpha_(static_cast<Float>(cfg.alpha)),
         params_{static_cast<Float>(cfg.effective_beta()), static_cast<Float>(cfg.tau), Float{1}},
-        lut_(table) {}
+        lut_(table),
+        clock_(lut_) {
+    clock_.set(0, 0);
+    expfree_ = params.exp_free_scores && clock_.usable();
+  }
 
   [[nodiscard]] attention_normalization normalization() const noexcept { return mode_; }
   [[nodiscard]] std::span<const step_t> last_refresh() const noexcept { return last_refresh_; }
   [[nodiscard]] std::span<const Float> ewma() const noexcept { return ewma_; }
   /// Observations so far.
   [[nodiscard]] std::uint32_t observations() const noexcept { return observations_; }
+  /// Whether scores come from the exp-free kernel (params_type::exp_free_scores and the region table's domain).
+  [[nodiscard]] bool expfree_scores() const noexcept { return expfree_; }
 
   void reserve(std::size_t tokens) {
     last_refresh_.reserve(tokens);
     ewma_.reserve(tokens);
     appended_at_.reserve(tokens);
+    if (expfree_) weights_.reserve(tokens);
+    // The fused observation writes the page scores here; a page holds at least one token.
+    scores_.reserve(tokens);
   }
   void on_append(const sequence_view& view, std::size_t first) noexcept {
     for (std::size_t i = first; i < view.kv_len(); ++i) {
@@ -70,6 +89,19 @@ class memdecay {
       ewma_.push_back(Float{0});
       appended_at_.push_back(observations_);
     }
+    if (expfree_) {
+      weights_.resize(view.kv_len());  // within the reserved capacity
+      simd::refresh_weights(view.labels.data(), first, view.kv_len(), clock_, weights_.data());
+    }
+    scores_valid_ = false;
+  }
+  /// The clock moved to view.now (basic_policy_sequence::advance_to): the exp-free factors follow, rebasing the
+  /// weights when the clock has run floor(40 / max lambda_r) steps past the epoch.
+  void on_advance(const sequence_view& view) noexcept {
+    scores_valid_ = false;
+    if (expfree_)
+      simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_,
+                            weights_.data());
   }
   void check_observation(const sequence_view& view, std::span<const Float> mass) const {
     if (mode_ != attention_normalization::zscore) {
@@ -82,28 +114,53 @@ class memdecay {
   }
   std::size_t on_observe(const sequence_view& view, std::span<const Float> mass) noexcept {
     ++observations_;
+    scores_valid_ = false;
+    const bool expfree = expfree_ && clock_.now() == view.now;
     if (mode_ == attention_normalization::zscore) {
       std::size_t refreshed = 0;
-      const Float beta = params_.beta;
       const auto moments = moments_of(mass);
       for (std::size_t i = 0; i < mass.size(); ++i) {
         const Float x = zscore_of(mass[i], moments);
-        ewma_[i] = beta * ewma_[i] + (Float{1} - beta) * x;
+        ewma_[i] = ewma_step(ewma_[i], x, params_.beta);
         if (x > params_.tau) {
           last_refresh_[i] = view.now;
           ++refreshed;
         }
       }
+      if (expfree) simd::sync_weights(view.labels.data(), last_refresh_.data(), view.kv_len(), clock_, weights_.data());
       return refreshed;
     }
     params_.scale = normalization_scale<Float>(mode_, view.kv_len());
-    return observe_tokens_reference<Float>(std::span<Float>(ewma_), std::span<step_t>(last_refresh_), mass, view.now,
-                                           params_);
+    if constexpr (simd::fused_observation_exact) {
+      // As basic_sequence::apply: one sweep that also leaves the page scores (not for lifetime, whose attention
+      // term needs the observation count).
+      // (A copy of the policy may hold less capacity than reserve() left: then no cache, nothing allocated.)
+      if (mode_ != attention_normalization::lifetime && scores_.capacity() >= view.num_pages()) {
+        scores_.resize(view.num_pages());  // within the capacity: cannot throw
+        const std::size_t refreshed =
+            expfree ? simd::observe_and_score_expfree(view.labels.data(), last_refresh_.data(), weights_.data(),
+                                                      ewma_.data(), mass.data(), view.kv_len(), view.page_size,
+                                                      clock_, params_, alpha_, scores_.data())
+                    : simd::observe_and_score(view.labels.data(), last_refresh_.data(), ewma_.data(), mass.data(),
+                                              view.kv_len(), view.page_size, view.now, params_, lut_, alpha_,
+                                              scores_.data());
+        scores_valid_ = true;
+        scores_step_ = view.now;
+        scores_tokens_ = view.kv_len();
+        return refreshed;
+      }
+    }
+    const std::size_t refreshed = observe_tokens_reference<Float>(
+        std::span<Float>(ewma_), std::span<step_t>(last_refresh_), mass, view.now, params_);
+    if (expfree) simd::sync_weights(view.labels.data(), last_refresh_.data(), view.kv_len(), clock_, weights_.data());
+    return refreshed;
   }
   void on_remove(const sequence_view& view, std::span<const std::size_t> pages) noexcept {
     policy_support::compact_token_column(last_refresh_, pages, view.page_size);
     policy_support::compact_token_column(ewma_, pages, view.page_size);
     policy_support::compact_token_column(appended_at_, pages, view.page_size);
+    if (expfree_) policy_support::compact_token_column(weights_, pages, view.page_size);
+    scores_valid_ = false;
   }
 
   /// The score terms of resident token `index` (the attention term after lifetime normalisation, if any), by
@@ -113,6 +170,12 @@ class memdecay {
                              attention(index));
   }
   void page_scores(const sequence_view& view, std::span<Float> out) const {
+    // Left by the fused observation, and nothing moved since: the hooks clear scores_valid_; the step and the
+    // token count also guard a copy of the policy that a driver keeps while the original moves on.
+    if (scores_valid_ && scores_step_ == view.now && scores_tokens_ == view.kv_len() && scores_.size() == out.size()) {
+      std::copy(scores_.begin(), scores_.end(), out.begin());
+      return;
+    }
     if (mode_ != attention_normalization::lifetime) {
       score(view, ewma_.data(), out);
       return;
@@ -131,10 +194,15 @@ class memdecay {
   }
 
  private:
-  /// out[p] = mean over page p of b_r exp(-lambda_r dt) + alpha a, with a from `attended` (per token).
+  /// out[p] = mean over page p of b_r exp(-lambda_r dt) + alpha a, with a from `attended` (per token): the
+  /// exp-free kernel while its clock is at view.now, else the polynomial one.
   void score(const sequence_view& view, const Float* attended, std::span<Float> out) const noexcept {
-    simd::score_pages(view.labels.data(), last_refresh_.data(), attended, view.kv_len(), view.page_size, view.now,
-                      lut_, alpha_, out.data());
+    if (expfree_ && clock_.now() == view.now)
+      simd::score_pages_expfree(view.labels.data(), weights_.data(), attended, view.kv_len(), view.page_size, clock_,
+                                alpha_, out.data());
+    else
+      simd::score_pages(view.labels.data(), last_refresh_.data(), attended, view.kv_len(), view.page_size, view.now,
+                        lut_, alpha_, out.data());
   }
   [[nodiscard]] Float attention(std::size_t i) const noexcept {
     if (mode_ != attention_normalization::lifetime) return ewma_[i];
@@ -145,6 +213,13 @@ class memdecay {
   Float alpha_;
   observation_params<Float> params_;
   simd::region_lut<Float> lut_;  ///< the region table in the SIMD scorer's layout
+  simd::expfree_clock<Float> clock_;  ///< exp-free factors at the last on_advance step
+  bool expfree_ = false;              ///< scores from the exp-free kernel
+  std::vector<Float> weights_;        ///< exp-free w_i, one per resident token
+  std::vector<Float> scores_;         ///< page scores left by the last fused observation ...
+  bool scores_valid_ = false;         ///< ... valid until the next hook, for this step and token count
+  step_t scores_step_ = 0;
+  std::size_t scores_tokens_ = 0;
   std::vector<step_t> last_refresh_;
   std::vector<Float> ewma_;
   std::vector<std::uint32_t> appended_at_;  ///< observations_ when the token was appended

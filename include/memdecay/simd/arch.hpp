@@ -78,6 +78,12 @@ enum class isa : int { scalar = 0, sse = 1, avx2 = 2, avx512 = 3 };
 /// The instruction set this translation unit's kernels use by default.
 inline constexpr isa native_isa = static_cast<isa>(MEMDECAY_SIMD_ISA);
 
+/// Whether the fused kernels' EWMA update (packet fma, every isa) is bitwise ewma_step (std::fma, the scalar
+/// reference): true where the packets' fma is a fused multiply-add. The sequences run the fused observation +
+/// score kernels only then, and otherwise the reference loop followed by a score pass, so their EWMA bits are the
+/// reference's on every build.
+inline constexpr bool fused_observation_exact = MEMDECAY_SIMD_HAS_FMA != 0;
+
 [[nodiscard]] constexpr const char* to_string(isa a) noexcept {
   switch (a) {
     case isa::scalar: return "scalar";

@@ -278,7 +278,7 @@ struct expfree_fused_token {
     // make the compiler reload them, since w or the clocks might alias the labels).
     const reg g = tok.refreshed(r), f = tok.factor_of(r), w_old = P::load(w);
     const reg x = P::mul(scale, P::load(mass));
-    const reg a = P::add(P::mul(beta, P::load(ewma)), P::mul(one_minus_beta, x));
+    const reg a = P::fma(beta, P::load(ewma), P::mul(one_minus_beta, x));  // ewma_step
     const auto hit = P::gt(x, tau);
     const reg wn = P::blend(w_old, g, hit);
     P::store(ewma, a);
@@ -379,20 +379,39 @@ void sync_and_score_expfree(const region_id* regions, const step_t* last_refresh
                                                             alpha, out);
 }
 
+/// Moves `clock` to `now`, rebasing the n weights `w` first when needed (from the tokens' labels and integer
+/// clocks). Returns whether it rebased.
+template <isa A = native_isa, std::floating_point Float>
+bool advance_expfree(const region_id* regions, const step_t* last_refresh, std::size_t n, step_t now,
+                     expfree_clock<Float>& clock, Float* w) noexcept {
+  if (clock.needs_rebase(now)) {
+    clock.template set<A>(now, now);
+    rebase_weights<A>(regions, last_refresh, n, clock, w);
+    return true;
+  }
+  if (now != clock.now()) clock.template set<A>(clock.epoch(), now);
+  return false;
+}
+
+/// w[i] = g_r(now) where last_refresh[i] == clock.now(): the weights of tokens an observation refreshed (for
+/// observations applied without the fused pass, e.g. policies::memdecay's lifetime and zscore modes).
+template <std::floating_point Float>
+void sync_weights(const region_id* regions, const step_t* last_refresh, std::size_t n,
+                  const expfree_clock<Float>& clock, Float* w) noexcept {
+  const Float* g = clock.refresh_weight();
+  const step_t now = clock.now();
+  for (std::size_t i = 0; i < n; ++i)
+    if (last_refresh[i] == now) w[i] = g[regions[i]];
+}
+
 // --- on a sequence_state, with the weights held beside it ----------------------------------------------------
 
 /// Moves `clock` to state.now(), rebasing `w` (kv_len() entries) first when needed. Returns whether it rebased.
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
 bool advance_expfree(const sequence_state<Float, PageSize>& state, expfree_clock<Float>& clock,
                      std::span<Float> w) noexcept {
-  const step_t now = state.now();
-  if (clock.needs_rebase(now)) {
-    clock.template set<A>(now, now);
-    rebase_weights<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), clock, w.data());
-    return true;
-  }
-  if (now != clock.now()) clock.template set<A>(clock.epoch(), now);
-  return false;
+  return advance_expfree<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), state.now(), clock,
+                            w.data());
 }
 
 /// Recomputes every weight of `state` with the epoch at state.now() (a full rebase).

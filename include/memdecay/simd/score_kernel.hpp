@@ -111,7 +111,7 @@ struct token_observer {
   MEMDECAY_SIMD_INLINE void operator()(step_t* last_refresh, Float* ewma, const Float* mass,
                                        typename P::ureg& new_refresh, reg& new_ewma) noexcept {
     const reg x = P::mul(scale, P::load(mass));
-    new_ewma = P::add(P::mul(beta, P::load(ewma)), P::mul(one_minus_beta, x));  // as the reference: no FMA
+    new_ewma = P::fma(beta, P::load(ewma), P::mul(one_minus_beta, x));  // ewma_step: exact where fused_observation_exact
     const auto hit = P::gt(x, tau);
     new_refresh = P::blend_u32(P::load_u32(last_refresh), now, hit);
     refreshed += P::popcount(hit);
