@@ -113,7 +113,7 @@ def main():
     ap.add_argument("--bench", default="build/release/bench/memdecay_bench")
     ap.add_argument("--repetitions", type=int, default=5)
     ap.add_argument("--min-time", default="0.05")
-    ap.add_argument("--filter", default="^(score|fused|select)/")
+    ap.add_argument("--filter", default="^(score|fused|select|library)/")
     ap.add_argument("--out", default="docs/performance.md")
     ap.add_argument("--json", help="reuse a Google Benchmark JSON file instead of running")
     a = ap.parse_args()
@@ -165,6 +165,22 @@ def main():
                 lines.append(f"| {P} | {k[1:]} | {m[f]/1e3:.1f} | "
                              f"{fmt(ratio(m, f, f'select/nth_element/{k}/{P}'), 1)} | "
                              f"{fmt(ratio(m, f, f'select/partial_sort/{k}/{P}'), 1)} |")
+    lines.append("")
+
+    lines += ["## The public API: one engine step (library/*)", "",
+              "Per call on a sequence of n tokens (pages of 16, uniform normalisation, the exp-free default): "
+              "`observe` = advance_to + observe_tokens (validation, fused pass, score cache); `select32` = select(32) "
+              "from the cached scores (page statuses + selection). `kernel` = the fused exp-free kernel alone.", "",
+              "| n | sequence observe (us) | policy observe (us) | kernel (us) | observe / kernel | select32 (us) | "
+              "validate simd vs scalar (x faster) |", "|---|---|---|---|---|---|---|"]
+    for n in SIZES:
+        o = m.get(f"library/observe/sequence/{n}")
+        if o is None:
+            continue
+        po, k, sel32 = m.get(f"library/observe/policy/{n}"), m.get(f"fused/expfree/{n}"), m.get(f"library/select32/sequence/{n}")
+        us = lambda t: "n/a" if t is None else f"{t/1e3:.1f}"
+        lines.append(f"| {n} | {us(o)} | {us(po)} | {us(k)} | {fmt(None if not k else o / k)} | {us(sel32)} | "
+                     f"{fmt(ratio(m, f'library/validate/simd/{n}', f'library/validate/scalar/{n}'), 1)} |")
     lines.append("")
 
     def target(label, value, goal, op):

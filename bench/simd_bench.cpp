@@ -12,6 +12,12 @@
 //                               tables and the amortised rebase included (one step per iteration)
 //   <pass>/expfree_roofline/<n> the exp-free kernel's loads and stores (w and masked clock/weight stores) with
 //                               the per-token math removed
+//   library/observe/<what>/<n>  one engine step through the public API: advance_to + observe_tokens on a
+//                               memdecay::sequence (`sequence`, exp-free default) or policy_sequence<memdecay>
+//                               (`policy`): validation, the fused pass, the score cache
+//   library/validate/<how>/<n>  the mass validation alone: `simd` (simd::mass_is_valid, the fast path) or `scalar`
+//                               (the per-token loop with a branch it replaced)
+//   library/select32/<what>/<n> select(32) through the public API (cached scores, page statuses, selection)
 // <pass> is `score` (score-only) or `fused` (observe + score). n = tokens; pages of 16; float. Items are
 // tokens; bytes are the state traffic per token (score 9 + 0.25, fused 21 + 0.25).
 // Speed claims are ratios between rows of one run (docs/benchmarks.md, bench/run_benchmarks.py).
@@ -338,6 +344,33 @@ void run_fused(benchmark::State& st, F&& kernel, double bytes = kFusedBytes) {
   finish(st, n, bytes);
 }
 
+/// One engine step through the public API on a sequence built from the workload's labels: advance the clock by
+/// one and observe (or, with `select`, select 32 victims from the cached scores). Sequences are built once per size.
+template <class Seq>
+void run_library(benchmark::State& st, bool select) {
+  const auto n = static_cast<std::size_t>(st.range(0));
+  auto& w = data(n);
+  static std::map<std::size_t, std::unique_ptr<Seq>> built;
+  auto& seq = built[n];
+  if (!seq) {
+    seq = std::make_unique<Seq>(md::config{.page_size = kPage, .normalization = md::attention_normalization::uniform});
+    seq->append_tokens(w.state.regions());
+  }
+  md::step_t step = seq->now();
+  seq->advance_to(++step);
+  seq->observe_tokens(std::span<const float>(w.mass));
+  for (auto _ : st) {
+    if (select) {
+      auto plan = seq->select(32);
+      benchmark::DoNotOptimize(plan.pages.data());
+    } else {
+      seq->advance_to(++step);
+      benchmark::DoNotOptimize(seq->observe_tokens(std::span<const float>(w.mass)));
+    }
+  }
+  finish(st, n, kFusedBytes);
+}
+
 void register_all() {
   static std::vector<float> tb(kChunk), targ(kChunk);
   const std::vector<std::int64_t> sizes = {4096, 65536, 1 << 20, 1 << 24};
@@ -452,6 +485,30 @@ void register_all() {
   });
   add("fused/expfree_roofline", [](benchmark::State& st) {
     run_fused(st, [](workload& w) { return fused_expfree_roofline(w); }, kExpfreeFusedBytes);
+  });
+  // The public API, one engine step at a time (the same workload's labels and observation).
+  add("library/observe/sequence", [](benchmark::State& st) { run_library<md::sequence>(st, false); });
+  add("library/observe/policy", [](benchmark::State& st) {
+    run_library<md::policy_sequence<md::policies::memdecay>>(st, false);
+  });
+  add("library/select32/sequence", [](benchmark::State& st) { run_library<md::sequence>(st, true); });
+  add("library/validate/simd", [](benchmark::State& st) {
+    auto& w = data(static_cast<std::size_t>(st.range(0)));
+    for (auto _ : st) benchmark::DoNotOptimize(ms::mass_is_valid(w.mass.data(), w.mass.size(), 1.0f));
+    finish(st, w.mass.size(), 4.0);
+  });
+  add("library/validate/scalar", [](benchmark::State& st) {
+    auto& w = data(static_cast<std::size_t>(st.range(0)));
+    for (auto _ : st) {
+      bool ok = true;
+      for (float m : w.mass)
+        if (!std::isfinite(m) || m < 0.0f) {
+          ok = false;
+          break;
+        }
+      benchmark::DoNotOptimize(ok);
+    }
+    finish(st, w.mass.size(), 4.0);
   });
   for (auto n : sizes)
     for (const auto& [name, fn] : variants) benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);

@@ -303,3 +303,45 @@ TEST(PolicySequence, PageScoresOutputLengthIsChecked) {
   out.resize(3);
   EXPECT_NO_THROW(seq.page_scores(out));
 }
+
+TEST(PolicySequence, OneTokenAppendsGrowEveryColumnGeometrically) {
+  // Engines append one token per decode step. Reserving exactly size + 1 before each append reallocated and
+  // copied every per-token column on every step (quadratic in the sequence length); capacities now grow
+  // geometrically: 20,000 single-token appends move each column at most ~log2(20,000) + 1 times.
+  constexpr int appends = 20000;
+  auto count_moves = [](auto&& append_one, auto&& data_of) {
+    int moves = 0;
+    const void* last = nullptr;
+    for (int k = 0; k < appends; ++k) {
+      append_one(k);
+      const void* now = data_of();
+      if (now != last) ++moves;
+      last = now;
+    }
+    return moves;
+  };
+  md::config cfg{.page_size = 16};
+  md::sequence seq(cfg);
+  EXPECT_LE(count_moves([&](int k) { seq.append(static_cast<md::region_id>(k % 7)); },
+                        [&] { return static_cast<const void*>(seq.state().regions().data()); }),
+            20);
+  md::policy_sequence<pol::memdecay> ps(cfg);
+  EXPECT_LE(count_moves([&](int k) { ps.append(static_cast<md::region_id>(k % 7)); },
+                        [&] { return static_cast<const void*>(ps.policy().ewma().data()); }),
+            20);
+  md::policy_sequence<pol::h2o> h2o(cfg);
+  EXPECT_LE(count_moves([&](int k) { h2o.append(static_cast<md::region_id>(k % 7)); },
+                        [&] { return static_cast<const void*>(h2o.state().last_refresh().data()); }),
+            20);
+  md::block_pool<> pool(appends / 16 + 1, 16);
+  pool.open(0);
+  int block_moves = 0;
+  const void* last = nullptr;
+  for (int k = 0; k < appends; ++k) {
+    pool.append_tokens(0, 1);
+    const void* now = pool.block_table(0).data();
+    if (now != last) ++block_moves;
+    last = now;
+  }
+  EXPECT_LE(block_moves, 16);
+}

@@ -23,6 +23,7 @@
 
 #include "memdecay/config.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/simd/mass_check.hpp"
 
 namespace memdecay {
 
@@ -38,6 +39,7 @@ void validate_mass(std::span<const Float> mass, std::size_t expected, const char
   if (mass.size() != expected)
     detail::raise_input(std::string(what) + " has " + detail::to_text(mass.size()) + " entries, expected " +
                         detail::to_text(expected));
+  if (simd::mass_is_valid(mass.data(), mass.size(), Float{1})) return;  // one branch-free pass (mass_check.hpp)
   for (std::size_t i = 0; i < mass.size(); ++i) {
     const Float m = mass[i];
     if (!std::isfinite(m) || m < Float{0})

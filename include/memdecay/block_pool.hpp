@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/page_table.hpp"
 
 namespace memdecay {
@@ -86,7 +87,7 @@ class block_pool {
     if (needed > free_.size())
       detail::raise_input("block pool exhausted: " + detail::to_text(needed) + " blocks needed, " +
                           detail::to_text(free_.size()) + " free");
-    e.blocks.reserve(e.blocks.size() + needed);
+    detail::reserve_for_append(e.blocks, e.blocks.size() + needed);
     for (std::size_t i = 0; i < needed; ++i) {
       e.blocks.push_back(free_.back());
       refs_[static_cast<std::size_t>(free_.back())] = 1;

@@ -164,6 +164,7 @@ class basic_policy_sequence {
   /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable); never pinned, protected, partial or
   /// caller-protected pages.
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
+    if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0);  // no scores, no statuses
     const auto scores = page_scores();
     const auto status = page_statuses(caller_protected);
     return detail::make_plan<Float>(state_, config_.budget, scores, status, k);

@@ -29,6 +29,7 @@
 #include "memdecay/attention.hpp"
 #include "memdecay/config.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/detail/sequence_rules.hpp"
 #include "memdecay/eviction.hpp"
 #include "memdecay/ewma_tracker.hpp"
@@ -233,6 +234,8 @@ class basic_sequence {
   /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable), never touching pinned or protected
   /// pages. `caller_protected`: pages that in-flight or speculative tokens still read.
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
+    // Nothing to choose (select_for_budget within the budget, every step of most engines): no scores, no statuses.
+    if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0);
     const auto scores = page_scores();
     const auto status = page_statuses(caller_protected);
     plan_type plan;
@@ -338,7 +341,7 @@ class basic_sequence {
   // The exp-free weights (one per resident token, in page order) follow every change of the token arrays: new
   // tokens are refreshed now (w = g_r(now)), evicted pages leave with their tokens, the clock rebases them.
   void reserve_weights(std::size_t extra) {
-    if (expfree_) weights_.reserve(kv_len() + extra);
+    if (expfree_) detail::reserve_for_append(weights_, kv_len() + extra);
   }
   void append_weights() noexcept {
     if (!expfree_) return;

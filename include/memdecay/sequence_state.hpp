@@ -23,6 +23,7 @@
 
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/page_geometry.hpp"
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
@@ -183,10 +184,10 @@ class sequence_state {
  private:
   void reserve_for(std::size_t extra) {
     const std::size_t n = kv_len() + extra;
-    region_.reserve(n);
-    last_refresh_.reserve(n);
-    ewma_.reserve(n);
-    page_origin_.reserve(geometry_.pages_for(n));
+    detail::reserve_for_append(region_, n);  // geometric: one decode token per append stays O(1) amortised
+    detail::reserve_for_append(last_refresh_, n);
+    detail::reserve_for_append(ewma_, n);
+    detail::reserve_for_append(page_origin_, geometry_.pages_for(n));
   }
   void push_token(region_id r) noexcept {
     // A token that starts a page opens a new one, whose original index follows from the logical length

@@ -19,6 +19,7 @@
 #include "memdecay/page_table.hpp"
 #include "memdecay/region.hpp"
 #include "memdecay/sequence_state.hpp"
+#include "memdecay/simd/mass_check.hpp"
 
 namespace memdecay::detail {
 
@@ -62,6 +63,7 @@ void check_region_labels(const Regions& table, std::span<const region_id> labels
 /// input_error unless scale * mass[i] is finite for every i (a finite mass can overflow once normalised).
 template <std::floating_point Float>
 void check_scaled_finite(std::span<const Float> mass, Float scale) {
+  if (simd::mass_is_valid(mass.data(), mass.size(), scale)) return;  // one branch-free pass (mass_check.hpp)
   for (std::size_t i = 0; i < mass.size(); ++i)
     if (!std::isfinite(scale * mass[i]))
       raise_input("attention[" + to_text(i) + "] = " + to_text(mass[i]) + " overflows once normalised");

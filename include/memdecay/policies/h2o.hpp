@@ -24,6 +24,7 @@
 
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/policy.hpp"
 
@@ -44,7 +45,7 @@ class h2o {
 
   [[nodiscard]] std::span<const Float> cumulative() const noexcept { return sum_; }
 
-  void reserve(std::size_t tokens) { sum_.reserve(tokens); }
+  void reserve(std::size_t tokens) { detail::reserve_for_append(sum_, tokens); }
   void on_append(const sequence_view& view, std::size_t) noexcept { sum_.resize(view.kv_len(), Float{0}); }
   void check_observation(const sequence_view&, std::span<const Float> mass) const {
     policy_support::check_sum_stays_finite<Float>(sum_, mass, "the cumulative attention");

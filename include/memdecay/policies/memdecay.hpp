@@ -35,6 +35,7 @@
 #include "memdecay/attention.hpp"
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/detail/sequence_rules.hpp"
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/policy.hpp"
@@ -76,12 +77,12 @@ class memdecay {
   [[nodiscard]] bool expfree_scores() const noexcept { return expfree_; }
 
   void reserve(std::size_t tokens) {
-    last_refresh_.reserve(tokens);
-    ewma_.reserve(tokens);
-    appended_at_.reserve(tokens);
-    if (expfree_) weights_.reserve(tokens);
+    detail::reserve_for_append(last_refresh_, tokens);
+    detail::reserve_for_append(ewma_, tokens);
+    detail::reserve_for_append(appended_at_, tokens);
+    if (expfree_) detail::reserve_for_append(weights_, tokens);
     // The fused observation writes the page scores here; a page holds at least one token.
-    scores_.reserve(tokens);
+    detail::reserve_for_append(scores_, tokens);
   }
   void on_append(const sequence_view& view, std::size_t first) noexcept {
     for (std::size_t i = first; i < view.kv_len(); ++i) {

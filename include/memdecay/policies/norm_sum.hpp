@@ -27,6 +27,7 @@
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/policy.hpp"
 
 namespace memdecay::policies {
@@ -49,8 +50,8 @@ class norm_sum {
   }
 
   void reserve(std::size_t tokens) {
-    sum_.reserve(tokens);
-    appended_at_.reserve(tokens);
+    detail::reserve_for_append(sum_, tokens);
+    detail::reserve_for_append(appended_at_, tokens);
   }
   void on_append(const sequence_view& view, std::size_t) noexcept {
     sum_.resize(view.kv_len(), Float{0});

@@ -31,6 +31,7 @@
 
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/policy.hpp"
 
@@ -72,7 +73,7 @@ class priority_lru {
   [[nodiscard]] int priority(region_id r) const noexcept { return priority_[r]; }
   [[nodiscard]] std::span<const step_t> last_refresh() const noexcept { return last_refresh_; }
 
-  void reserve(std::size_t tokens) { last_refresh_.reserve(tokens); }
+  void reserve(std::size_t tokens) { detail::reserve_for_append(last_refresh_, tokens); }
   void on_append(const sequence_view& view, std::size_t) noexcept { last_refresh_.resize(view.kv_len(), view.now); }
   void check_observation(const sequence_view&, std::span<const Float>) const noexcept {}
   std::size_t on_observe(const sequence_view& view, std::span<const Float> mass) noexcept {

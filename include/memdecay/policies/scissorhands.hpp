@@ -27,6 +27,7 @@
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/policy.hpp"
 
 namespace memdecay::policies {
@@ -57,8 +58,8 @@ class scissorhands {
   }
 
   void reserve(std::size_t tokens) {
-    history_.reserve(tokens);
-    seen_.reserve(tokens);
+    detail::reserve_for_append(history_, tokens);
+    detail::reserve_for_append(seen_, tokens);
   }
   void on_append(const sequence_view& view, std::size_t) noexcept {
     history_.resize(view.kv_len(), 0);

@@ -30,6 +30,7 @@
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/policy.hpp"
 
 namespace memdecay::policies {
@@ -66,8 +67,8 @@ class snapkv {
   }
 
   void reserve(std::size_t tokens) {
-    ring_.reserve(tokens * window_);
-    appended_at_.reserve(tokens);
+    detail::reserve_for_append(ring_, tokens * window_);
+    detail::reserve_for_append(appended_at_, tokens);
   }
   void on_append(const sequence_view& view, std::size_t) noexcept {
     ring_.resize(view.kv_len() * window_, Float{0});

@@ -24,6 +24,7 @@
 
 #include "memdecay/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/detail/growth.hpp"
 #include "memdecay/policy.hpp"
 
 namespace memdecay::policies {
@@ -42,7 +43,7 @@ class tova {
   /// The mass of each token in the last observation (keep_score while it has none).
   [[nodiscard]] std::span<const Float> last() const noexcept { return last_; }
 
-  void reserve(std::size_t tokens) { last_.reserve(tokens); }
+  void reserve(std::size_t tokens) { detail::reserve_for_append(last_, tokens); }
   void on_append(const sequence_view& view, std::size_t) noexcept {
     last_.resize(view.kv_len(), policy_support::keep_score<Float>);
   }

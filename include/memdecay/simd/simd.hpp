@@ -6,6 +6,7 @@
 #include "memdecay/simd/arch.hpp"
 #include "memdecay/simd/packet.hpp"
 #include "memdecay/simd/exp.hpp"
+#include "memdecay/simd/mass_check.hpp"
 #include "memdecay/simd/score_kernel.hpp"
 #include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/select.hpp"
