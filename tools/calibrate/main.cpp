@@ -25,11 +25,15 @@
 #include <memdecay/trace_generator.hpp>
 #include <memdecay/version.hpp>
 
+#include "../common/xml_escape.hpp"
+
 namespace md = memdecay;
 namespace tr = memdecay::trace;
 namespace cal = memdecay::calibration;
 
 namespace {
+
+using memdecay_tools::xml_escape;
 
 struct options {
   std::vector<std::string> traces;
@@ -123,18 +127,6 @@ void print_summary(const cal::calibration& c, const md::region_table& base) {
                     f.reason.c_str());
       }
   }
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    if (ch == '&') o += "&amp;";
-    else if (ch == '<') o += "&lt;";
-    else if (ch == '>') o += "&gt;";
-    else if (ch == '"') o += "&quot;";
-    else o += ch;
-  }
-  return o;
 }
 
 // One panel per region: the measured mean mass per age bin (dots, area by sample count) and the fitted curve

@@ -27,6 +27,7 @@
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"
+#include "../common/xml_escape.hpp"
 #include "engine/tiny_lm.hpp"
 #include "episodes.hpp"
 #include "harness.hpp"
@@ -40,6 +41,8 @@ namespace ev = memdecay_eval;
 using json = nlohmann::ordered_json;
 
 namespace {
+
+using memdecay_tools::xml_escape;
 
 struct options {
   std::string data_dir = MEMDECAY_EVAL_DATA_DIR;
@@ -106,17 +109,6 @@ json counts_json(const ev::region_counts& c) {
   return {{"probes", c.probes},     {"recalled", c.recalled},     {"recall", rate(c.recalled, c.probes)},
           {"survived", c.survived}, {"survival", rate(c.survived, c.probes)}, {"ceiling", c.ceiling},
           {"ceiling_recall", rate(c.ceiling, c.probes)}};
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    if (ch == '&') o += "&amp;";
-    else if (ch == '<') o += "&lt;";
-    else if (ch == '>') o += "&gt;";
-    else o += ch;
-  }
-  return o;
 }
 
 // Grouped bars: a row of panels per model and metric (recall, unpinned recall), a panel per tier; groups are

@@ -25,6 +25,7 @@
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"
+#include "../common/xml_escape.hpp"
 #include "replay.hpp"
 
 namespace md = memdecay;
@@ -33,6 +34,8 @@ namespace rp = memdecay::replay;
 using json = nlohmann::ordered_json;
 
 namespace {
+
+using memdecay_tools::xml_escape;
 
 struct options {
   std::vector<std::string> traces;
@@ -185,17 +188,6 @@ json to_json(const rp::cell_result& c, const std::vector<std::string>& region_na
   }
   j["regions"] = std::move(regions);
   return j;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char ch : s) {
-    if (ch == '&') o += "&amp;";
-    else if (ch == '<') o += "&lt;";
-    else if (ch == '>') o += "&gt;";
-    else o += ch;
-  }
-  return o;
 }
 
 // Grouped bars: one panel per tier; top row probe survival, bottom row attention loss; groups = budgets,
