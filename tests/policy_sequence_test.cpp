@@ -165,7 +165,7 @@ TEST(MemDecayPolicyEpisodes, FloatUniformPolynomialScorer) {
 TEST(PolicySequence, FusedObservationWhereTheBuildHasFma) {
   // The sequences run the fused observation kernels exactly when the build has FMA instructions; this file is
   // also built with -mavx2 -mfma (tests/CMakeLists.txt, tests prefixed "fma.") so both paths are covered.
-#if defined(__FMA__) || defined(__AVX512F__)
+#if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__)
   EXPECT_TRUE(md::simd::fused_observation_exact);
 #else
   EXPECT_FALSE(md::simd::fused_observation_exact);
@@ -353,4 +353,22 @@ TEST(PolicySequence, OneTokenAppendsGrowEveryColumnGeometrically) {
     last = now;
   }
   EXPECT_LE(block_moves, 16);
+}
+
+TEST(PolicySequence, MemDecayPolicyOutsideTheExpfreeDomainUsesThePolynomialScorer) {
+  // As basic_sequence: a region with half-life 0.1 steps (lambda = 6.9 > 5) is outside the exp-free domain, so the
+  // policy scores with the polynomial kernel even though exp_free_scores is asked for, and agrees with the sequence.
+  md::config cfg{.page_size = 4};
+  cfg.region_overrides.push_back({.region = "scratchpad", .half_life = 0.1});
+  md::sequence ref(cfg);
+  md::policy_sequence<pol::memdecay> seq(cfg, {.exp_free_scores = true});
+  EXPECT_FALSE(seq.policy().expfree_scores());
+  EXPECT_FALSE(ref.expfree_scores());
+  for (int k = 0; k < 40; ++k) {
+    ref.append(static_cast<md::region_id>(k % 7), 1 + k % 5);
+    seq.append(static_cast<md::region_id>(k % 7), 1 + k % 5);
+  }
+  ref.advance_to(9);
+  seq.advance_to(9);
+  EXPECT_EQ(ref.page_scores(), seq.page_scores());
 }

@@ -7,7 +7,8 @@
 //   isa::avx512  __AVX512F__ + __AVX512VL__ + __AVX512DQ__ + __AVX512BW__  16 floats / 8 doubles per register
 //   isa::avx2    __AVX2__ (+ __FMA__ when present)                           8 floats / 4 doubles
 //   isa::sse     __SSE2__ (every x86-64; SSE4.1 instructions when __SSE4_1__)  4 floats / 2 doubles
-//   isa::scalar  anything else (NEON targets currently take this path)      1 lane
+//   isa::neon    __aarch64__ + __ARM_NEON (AArch64 Advanced SIMD, FMA always)   4 floats / 2 doubles
+//   isa::scalar  anything else                                                1 lane
 //
 // Kernels are templates over the isa (packet<Float, isa>), so a test or an engine can instantiate any isa its
 // compiler can emit next to the native one. MEMDECAY_SIMD_ISA overrides the choice (0 scalar, 1 sse, 2 avx2,
@@ -28,8 +29,14 @@
 #define MEMDECAY_SIMD_ENABLE_SSE 1
 #endif
 
+#if !defined(MEMDECAY_SIMD_ENABLE_NEON) && defined(__aarch64__) && defined(__ARM_NEON)
+#define MEMDECAY_SIMD_ENABLE_NEON 1
+#endif
+
 #if !defined(MEMDECAY_SIMD_ISA)
-#if defined(MEMDECAY_SIMD_ENABLE_AVX512)
+#if defined(MEMDECAY_SIMD_ENABLE_NEON)
+#define MEMDECAY_SIMD_ISA 4
+#elif defined(MEMDECAY_SIMD_ENABLE_AVX512)
 #define MEMDECAY_SIMD_ISA 3
 #elif defined(MEMDECAY_SIMD_ENABLE_AVX2)
 #define MEMDECAY_SIMD_ISA 2
@@ -44,8 +51,13 @@
 #include <immintrin.h>
 #endif
 
-// FMA: AVX-512 always has it; AVX2 and SSE use it when the compiler targets it.
-#if defined(__FMA__) || defined(MEMDECAY_SIMD_ENABLE_FMA) || defined(MEMDECAY_SIMD_ENABLE_AVX512)
+#if defined(MEMDECAY_SIMD_ENABLE_NEON)
+#include <arm_neon.h>
+#endif
+
+// FMA: AVX-512 and AArch64 always have it; AVX2 and SSE use it when the compiler targets it.
+#if defined(__FMA__) || defined(MEMDECAY_SIMD_ENABLE_FMA) || defined(MEMDECAY_SIMD_ENABLE_AVX512) || \
+    defined(MEMDECAY_SIMD_ENABLE_NEON)
 #define MEMDECAY_SIMD_HAS_FMA 1
 #else
 #define MEMDECAY_SIMD_HAS_FMA 0
@@ -73,7 +85,7 @@
 namespace memdecay::simd {
 
 /// The instruction sets the kernels are written for.
-enum class isa : int { scalar = 0, sse = 1, avx2 = 2, avx512 = 3 };
+enum class isa : int { scalar = 0, sse = 1, avx2 = 2, avx512 = 3, neon = 4 };
 
 /// The instruction set this translation unit's kernels use by default.
 inline constexpr isa native_isa = static_cast<isa>(MEMDECAY_SIMD_ISA);
@@ -90,6 +102,7 @@ inline constexpr bool fused_observation_exact = MEMDECAY_SIMD_HAS_FMA != 0;
     case isa::sse: return "sse";
     case isa::avx2: return "avx2";
     case isa::avx512: return "avx512";
+    case isa::neon: return "neon";
   }
   return "?";
 }
@@ -112,6 +125,12 @@ inline constexpr bool fused_observation_exact = MEMDECAY_SIMD_HAS_FMA != 0;
 #endif
     case isa::avx512:
 #if defined(MEMDECAY_SIMD_ENABLE_AVX512)
+      return true;
+#else
+      return false;
+#endif
+    case isa::neon:
+#if defined(MEMDECAY_SIMD_ENABLE_NEON)
       return true;
 #else
       return false;

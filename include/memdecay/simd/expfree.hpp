@@ -18,7 +18,7 @@
 //   * Overflow: none. g_r <= e^40 = 2.4e17 and w_i <= g_r.
 //   * f_r underflow: excluded. The clock is usable() only when every region has b_r = 0 or b_r >= FLT_MIN * e^40
 //     (2.8e-21), so f_r is normal; and when span() >= min_span (8 steps), i.e. max lambda_r <= 5 (half-life >= 0.14
-//     steps). Tables outside that domain must use the polynomial kernels (score_kernel.hpp); basic_sequence does.
+//     steps). Tables outside that domain must use the polynomial kernels (score_kernel.hpp); the sequences do.
 //   * w_i underflow: at a rebase, w_i = 0 when lambda_r * (E - t_i) > 87.3 (exp's own flush threshold, exp.hpp),
 //     so every stored w_i is 0 or a normal number >= 1.2e-38. The dropped decay term is < b_r * 1.2e-38: the same
 //     flush the polynomial kernel applies.
