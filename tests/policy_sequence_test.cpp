@@ -164,7 +164,7 @@ TEST(MemDecayPolicyEpisodes, FloatUniformPolynomialScorer) {
 
 TEST(PolicySequence, FusedObservationWhereTheBuildHasFma) {
   // The sequences run the fused observation kernels exactly when the build has FMA instructions; this file is
-  // also built with -mavx2 -mfma (tests/CMakeLists.txt, tests prefixed "fma.") so both paths are covered.
+  // also built with -mavx2 -mfma (tests/CMakeLists.txt: policy_sequence_test_fma) so both paths are covered.
 #if defined(__FMA__) || defined(__AVX512F__) || defined(__aarch64__)
   EXPECT_TRUE(md::simd::fused_observation_exact);
 #else
