@@ -134,8 +134,13 @@ class basic_sequence {
   /// Observes per-token mass over the resident tokens, in page order. Returns how many tokens were refreshed.
   /// input_error (changing nothing) on a wrong length or a NaN, infinite or negative mass.
   std::size_t observe_tokens(std::span<const Float> mass) {
-    validate_mass(mass, kv_len(), "per-token attention");
-    check_normalised_finite(mass);
+    // One branch-free pass with the normalisation scale answers both checks when all is valid; otherwise the two
+    // scalar checks run, in this order, to name the first bad entry.
+    if (mass.size() != kv_len() ||
+        !simd::mass_is_valid(mass.data(), mass.size(), normalization_scale<Float>(config_.normalization, kv_len()))) {
+      validate_mass(mass, kv_len(), "per-token attention");
+      check_normalised_finite(mass);
+    }
     return apply(mass);
   }
   /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
@@ -350,20 +355,8 @@ class basic_sequence {
     simd::refresh_weights(state_.regions().data(), first, kv_len(), clock_, weights_.data());
   }
   void remove_weight_pages(std::span<const std::size_t> pages) noexcept {
-    if (!expfree_ || pages.empty()) return;
-    const std::size_t P = page_size(), old_len = weights_.size();
-    std::size_t write_page = pages.front(), next_victim = 0;
-    for (std::size_t read_page = pages.front(); read_page * P < old_len; ++read_page) {
-      if (next_victim < pages.size() && pages[next_victim] == read_page) {
-        ++next_victim;
-        continue;
-      }
-      const std::size_t n = std::min(P, old_len - read_page * P);
-      std::copy_n(weights_.begin() + static_cast<std::ptrdiff_t>(read_page * P), n,
-                  weights_.begin() + static_cast<std::ptrdiff_t>(write_page * P));
-      ++write_page;
-    }
-    weights_.resize(kv_len());
+    if (!expfree_) return;
+    weights_.resize(compact_pages(std::span<Float>(weights_), page_size(), pages));  // as state_.remove_pages
   }
   void check_plan(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, config_.protection); }
 
