@@ -336,7 +336,10 @@ class harness {
 
   // --- operations -------------------------------------------------------------------------------------------------
   /// Appends to the pool first (an engine allocates KV blocks before it labels them), then to the sequence.
-  void append_both(const std::vector<std::pair<std::uint8_t, std::size_t>>& spans, bool as_labels) {
+  void append_both(std::vector<std::pair<std::uint8_t, std::size_t>> spans, bool as_labels) {
+    // Per-token labels carry no zero-count spans: a span that clamp() emptied (the sequence at its size cap) names
+    // no token, so neither the library nor the model may see its region.
+    if (as_labels) std::erase_if(spans, [](const auto& s) { return s.second == 0; });
     std::size_t total = 0;
     for (const auto& s : spans) total += s.second;
     const auto before = snap();
