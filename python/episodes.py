@@ -21,6 +21,12 @@ Grammar:
     among the unit boundaries from the fact's end (planted_at) to the episode end (inclusive), so ages spread
     from 0 to the whole episode. A probe point never falls inside a fact or a re-read.
 
+The need-aligned family (`--family need-aligned`, `models/episodes-need-{450,1700}.json`) keeps the segment plan,
+the vocabulary and the unit grammar, but gives every region its own future need, as real agent contexts do: every
+fact is referenced after intervals drawn from its region's lifetime profile, and its held-out probe is one more
+reference drawn from the same profile (see generate_need_aligned_episode). The control family above (probe times
+independent of the region) stays the region-agnostic control.
+
 Eval episodes use the RNG stream (EVAL_STREAM, tier, seed, index); training uses (TRAIN_STREAM, tier, seed, index),
 so the two are disjoint whatever the seeds.
 """
@@ -40,6 +46,7 @@ VOCAB_LAYOUT = {
 VOCAB_SIZE = 512
 GENERATED = {"plan", "tool_in", "scratchpad"}
 EVAL_STREAM = 0xE7A1
+NEED_STREAM = 0x4EED
 TRAIN_STREAM = 0x7EA1
 
 SHAPES = {
@@ -204,6 +211,197 @@ def eval_file(tier, seed, count):
             "episodes": [eval_episode(tier, seed, i) for i in range(count)]}
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# The need-aligned family
+# ------------------------------------------------------------------------------------------------------------------
+
+# Half-life, in evaluation steps, of the interval between two references of a fact of each region (its planting
+# or a re-read, to the next re-read or its probe): exponential intervals, so the hazard of the next need decays as
+# MemDecay's b_r exp(-lambda_r dt) assumes. The order is the paper's premise (scratchpad and tool inputs needed
+# only shortly after they are written, tool outputs soon after the call, user turns for a while, plans and
+# retrieved documents for long, the system prompt throughout); the numbers are deliberately not the library's
+# default half-lives, so a policy does not win by sharing the generator's constants.
+REGION_HALF_LIFE_STEPS = {"system": 400.0, "plan": 200.0, "retrieval": 150.0, "user": 60.0, "tool_out": 30.0,
+                          "tool_in": 12.0, "scratchpad": 8.0}
+# After each reference a fact is referenced again inline with this probability; otherwise its next reference is
+# its (held-out) probe. So a fact has on average one inline re-read before its probe.
+CONTINUE_PROBABILITY = 0.5
+# Independent draws of a fact's held-out next reference (each one probe; probes never enter the episode, so several
+# draws of the same need only add statistical power). Equal times collapse into one probe.
+PROBES_PER_FACT = 3
+# The facts of the user's task are the long-range anchors: never re-read, asked once at the very end of the
+# episode (the long-tier collapse of recency policies that the paper reports).
+EVAL_PREFILL_CHUNK = 32  # the step clock above: memdecay-eval's default --prefill-chunk
+
+
+def step_clock(segments, prefill_chunk=EVAL_PREFILL_CHUNK):
+    """Per position (and one past the end), the evaluation step that processes it: prefilled segments in chunks of
+    `prefill_chunk` tokens from the segment's start, generated ones one token per step. Also the end position of
+    every step."""
+    step_of, step_end = [], []
+    for seg in segments:
+        chunk = 1 if seg["generated"] else prefill_chunk
+        for off in range(0, seg["length"], chunk):
+            n = min(chunk, seg["length"] - off)
+            step_of += [len(step_end)] * n
+            step_end.append(seg["first"] + off + n)
+    return step_of, step_end
+
+
+def generate_need_aligned_episode(tier, rng):
+    """One need-aligned episode of exactly `tier` tokens.
+
+    Every fact (planted as in the control family: 4-8 in the system prompt, clusters in tool outputs and retrieved
+    documents, single facts in short turns) draws a chain of references: after its planting and after each inline
+    re-read, the interval to its next reference is exponential with its region's half-life
+    (REGION_HALF_LIFE_STEPS, in steps of the evaluation's clock); the next reference is an inline re-read
+    (`query key value`, in whatever segment is running then, except the system prompt) with probability
+    CONTINUE_PROBABILITY, else the fact's held-out probe. A reference that falls after the episode's last step is
+    dropped (the need lies beyond the episode). A re-read that finds its segment full waits for the next free
+    position (counted in `delayed`). The user's task facts are anchors: no re-reads, one probe at the very end.
+    """
+    V = VOCAB_LAYOUT
+    kind = "long" if tier >= 1000 else "short"
+    shape = SHAPES[kind]
+    plan = _plan_segments(tier, rng, shape)
+    segments, first = [], 0
+    for region, length in plan:
+        segments.append({"region": region, "first": first, "length": length, "generated": region in GENERATED})
+        first += length
+    step_of, step_end = step_clock(segments)
+    last_step = len(step_end) - 1
+    keys = list(rng.permutation(V["key_count"]) + V["key_first"])
+    filler = lambda: int(V["filler_first"] + rng.integers(V["filler_count"]))
+    value = lambda: int(V["value_first"] + rng.integers(V["value_count"]))
+    interval = lambda region: float(rng.exponential(REGION_HALF_LIFE_STEPS[region] / np.log(2.0)))
+
+    tokens, boundary, facts, rereads = [], [], [], []
+    due = []  # (step the re-read is due, fact index): pending inline re-reads
+    probe_due = {}  # fact index -> step after which its probe is asked
+    delayed = 0
+
+    def schedule_next(fi, ref_step):
+        f = facts[fi]
+        if f["anchor"]:
+            return
+        t = ref_step + interval(f["region"])
+        if t > last_step:
+            return
+        if rng.random() < CONTINUE_PROBABILITY:
+            due.append((t, fi))
+            due.sort()
+        else:  # the held-out next reference, drawn PROBES_PER_FACT times (probes are side queries: independent)
+            probe_due[fi] = (ref_step, sorted({int(np.ceil(t))} | {int(np.ceil(ref_step + interval(f["region"])))
+                                                                   for _ in range(PROBES_PER_FACT - 1)}))
+
+    for si, seg in enumerate(segments):
+        region, length, first = seg["region"], seg["length"], seg["first"]
+        head = [V["bos"], V["region_markers"][region]] if si == 0 else [V["region_markers"][region]]
+        head = head[:length]
+        for t in head:
+            tokens.append(t)
+            boundary.append(True)
+        # This segment's facts, as in the control family, at random content offsets (shifted past re-reads).
+        if region == "system":
+            nfacts = int(rng.integers(4, 9))
+        elif region in ("tool_out", "retrieval"):
+            nfacts = int(rng.integers(2, 5)) if rng.random() < 0.9 else 0
+        elif si == 1:
+            nfacts = int(rng.integers(1, 3))
+        else:
+            nfacts = 1 if rng.random() < 0.6 else 0
+        content = length - len(head)
+        nfacts = min(nfacts, content // 2, len(keys))
+        if region in ("tool_out", "retrieval") and nfacts:  # one dense cluster, as in the control family
+            span = 2 * nfacts + 3 * (nfacts - 1)
+            start = int(rng.integers(0, max(1, content - span) + 1))
+            plant = sorted(min(content - 2, start + k * (2 + int(rng.integers(0, 4)))) for k in range(nfacts))
+        else:
+            plant = sorted(int(x) for x in rng.choice(max(1, content - 1), size=nfacts, replace=False)) if nfacts else []
+        end = first + length
+        pi = 0
+        while len(tokens) < end:
+            p = len(tokens)
+            room = end - p
+            off = p - first
+            if region != "system" and due and due[0][0] <= step_of[p] and room >= 3:
+                t, fi = due.pop(0)
+                if step_of[p] > np.ceil(t):
+                    delayed += 1
+                f = facts[fi]
+                tokens += [V["query"], f["key"], f["answer"]]
+                boundary += [True, False, False]
+                rereads.append({"fact": fi, "at": p, "region": region, "fact_region": f["region"]})
+                schedule_next(fi, step_of[p + 2])
+                continue
+            if pi < len(plant) and plant[pi] <= off and room >= 2:
+                pi += 1
+                key, val = int(keys.pop()), value()
+                tokens += [key, val]
+                boundary += [True, False]
+                fi = len(facts)
+                facts.append({"key": key, "answer": val, "region": region, "fact_first": p, "fact_length": 2,
+                              "planted_at": p + 2, "anchor": si == 1})
+                schedule_next(fi, step_of[p + 1])
+                continue
+            tokens.append(filler())
+            boundary.append(True)
+    assert len(tokens) == tier
+    boundary.append(True)
+    delayed += len(due)  # re-reads still pending at the end never happened (their region's segments were full)
+    # Probes: after the step each is due, at the first step end that is also a unit boundary (never inside a fact
+    # or a re-read), so a probe never splits a step of the evaluation's clock.
+    ends = [e for e in step_end if boundary[e]]
+    probes = []
+    for fi, f in enumerate(facts):
+        planted = step_of[f["planted_at"] - 1]
+        if f["anchor"]:
+            asks, last_ref = [tier], planted
+        elif fi in probe_due:
+            last_ref, when = probe_due[fi]
+            asks = sorted({ends[k] for k in (bisect.bisect_left(ends, step_end[t]) for t in when if t <= last_step)
+                           if k < len(ends)})
+        else:
+            continue
+        for at in asks:
+            probes.append({"at": at, "key": f["key"], "answer": f["answer"], "region": f["region"],
+                           "fact_first": f["fact_first"], "fact_length": 2, "planted_at": f["planted_at"],
+                           "age_steps": step_of[at - 1] - planted,
+                           "since_reference_steps": step_of[at - 1] - int(last_ref)})
+    probes.sort(key=lambda q: (q["at"], q["fact_first"]))
+    return {"tokens": tokens, "segments": segments, "probes": probes, "rereads": rereads, "delayed_rereads": delayed,
+            "steps": len(step_end)}
+
+
+def need_aligned_episode(tier, seed, index):
+    rng = np.random.default_rng([NEED_STREAM, tier, seed, index])
+    ep = generate_need_aligned_episode(tier, rng)
+    return {"tokens": ep["tokens"], "segments": ep["segments"], "probes": ep["probes"],
+            "rereads": [{"at": r["at"], "region": r["region"], "fact_region": r["fact_region"]} for r in ep["rereads"]],
+            "steps": ep["steps"], "delayed_rereads": ep["delayed_rereads"]}
+
+
+def need_aligned_file(tier, seed, count):
+    return {"format": "memdecay-episodes", "version": 1, "tier": tier, "seed": seed, "family": "need-aligned",
+            "region_half_life_steps": REGION_HALF_LIFE_STEPS, "continue_probability": CONTINUE_PROBABILITY,
+            "prefill_chunk": EVAL_PREFILL_CHUNK, "vocab_layout": VOCAB_LAYOUT,
+            "episodes": [need_aligned_episode(tier, seed, i) for i in range(count)]}
+
+
+def describe(data):
+    """Probes and probe ages (steps since the fact's last reference) per region: the profile of a file."""
+    by = {}
+    for e in data["episodes"]:
+        for p in e["probes"]:
+            by.setdefault(p["region"], []).append(p.get("since_reference_steps", -1))
+    out = []
+    for r in sorted(by, key=lambda r: list(VOCAB_LAYOUT["region_markers"]).index(r)):
+        a = np.array(by[r])
+        out.append(f"{r} {len(a)} (steps since the last reference: median {np.median(a):.0f}, p90 {np.percentile(a, 90):.0f})" if a.min() >= 0
+                   else f"{r} {len(a)}")
+    return ", ".join(out)
+
+
 def training_sequence(tier, seed, index, probes_per_fact=2, length=None):
     """A training sequence: a fresh episode with probe triples `query key value` inserted inline at their probe
     points. Returns (tokens int64 [length], targets int64 [length]) where targets[i] is the token the model must
@@ -234,19 +432,20 @@ def main():
     ap.add_argument("--out", default="models")
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--count", type=int, default=8)
+    ap.add_argument("--family", choices=["control", "need-aligned", "both"], default="both",
+                    help="control: episodes-<tier>.json (probe times independent of the region); need-aligned: "
+                         "episodes-need-<tier>.json (probes drawn from each region's lifetime profile)")
     a = ap.parse_args()
-    for tier in (450, 1700):
-        data = eval_file(tier, a.seed, a.count)
-        path = f"{a.out}/episodes-{tier}.json"
-        with open(path, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
-        n = sum(len(e["probes"]) for e in data["episodes"])
-        by = {}
-        for e in data["episodes"]:
-            for p in e["probes"]:
-                by[p["region"]] = by.get(p["region"], 0) + 1
-        print(f"{path}: {len(data['episodes'])} episodes, {n} probes, per region {by}")
-
+    for family in (["control", "need-aligned"] if a.family == "both" else [a.family]):
+        for tier in (450, 1700):
+            if family == "control":
+                data, path = eval_file(tier, a.seed, a.count), f"{a.out}/episodes-{tier}.json"
+            else:
+                data, path = need_aligned_file(tier, a.seed, a.count), f"{a.out}/episodes-need-{tier}.json"
+            with open(path, "w") as f:
+                json.dump(data, f, separators=(",", ":"))
+            n = sum(len(e["probes"]) for e in data["episodes"])
+            print(f"{path}: {len(data['episodes'])} episodes, {n} probes: {describe(data)}")
 
 if __name__ == "__main__":
     main()
