@@ -64,6 +64,38 @@ TEST(StreamingLlm, KeepsExactlyTheSinksAndTheRecentWindow) {
 
 // ---- H2O ----------------------------------------------------------------------------------------------------
 
+TEST(H2o, DefaultSplitsTheBudgetHalfHeavyHittersHalfRecentAsTheSourceRunsIt) {
+  // FMInference/H2O's runs: heavy_ratio = recent_ratio, so a budget of 8 tokens keeps the 4 most recent and the 4
+  // heaviest hitters of the rest.
+  md::policy_sequence<pol::h2o> seq(md::config{.page_size = 1, .budget = md::budget_config::tokens(8)});
+  seq.append(md::regions::tool_out, 20);
+  std::vector<float> mass(20, 0.01f);
+  for (int heavy : {2, 5, 9, 11, 13}) mass[static_cast<std::size_t>(heavy)] = 0.05f + 0.01f * static_cast<float>(heavy);
+  mass[18] = 0.0f;  // a recent token with no mass stays: the window is positional
+  seq.observe_tokens(mass);
+  EXPECT_EQ(seq.policy().recent_window(1, 20), 4u);
+  evict_to_budget(seq);
+  EXPECT_EQ(seq.positions(), (std::vector<std::uint64_t>{5, 9, 11, 13, 16, 17, 18, 19}));
+}
+
+TEST(H2o, RecentWindowFollowsTheBudgetAndKeepsAFixedFloor) {
+  const pol::h2o<float> ratio({}, md::config{.budget = md::budget_config::ratio(0.25)}, md::default_region_table());
+  EXPECT_EQ(ratio.recent_window(1, 400), 50u);  // half of 25% of 400
+  EXPECT_EQ(ratio.recent_window(1, 800), 100u);
+  const pol::h2o<float> floor({.recent_tokens = 64}, md::config{.budget = md::budget_config::tokens(64)},
+                              md::default_region_table());
+  EXPECT_EQ(floor.recent_window(1, 1000), 64u);  // max(64, 32)
+  const pol::h2o<float> unlimited({.recent_tokens = 7}, md::config{}, md::default_region_table());
+  EXPECT_EQ(unlimited.recent_window(1, 1000), 7u);
+  const pol::h2o<float> saturated({}, md::config{.budget = md::budget_config::tokens(1e300)}, md::default_region_table());
+  EXPECT_GT(saturated.recent_window(1, 10), 10u);
+}
+
+TEST(H2o, RejectsARecentFractionOutsideZeroToOne) {
+  for (double bad : {-0.1, 1.5, std::nan("")})
+    EXPECT_THROW((md::policy_sequence<pol::h2o>(md::config{}, {.recent_fraction = bad})), md::config_error) << bad;
+}
+
 TEST(H2o, KeepsTheHeaviestHittersAndTheRecentWindow) {
   md::policy_sequence<pol::h2o> seq(md::config{.page_size = 1, .budget = md::budget_config::tokens(5)},
                                     {.recent_tokens = 2});
@@ -81,7 +113,7 @@ TEST(H2o, KeepsTheHeaviestHittersAndTheRecentWindow) {
 }
 
 TEST(H2o, PageGranularityUsesThePageMean) {
-  md::policy_sequence<pol::h2o> seq(md::config{.page_size = 4}, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> seq(md::config{.page_size = 4}, {.recent_tokens = 0, .recent_fraction = 0});
   seq.append(md::regions::tool_out, 16);
   std::vector<float> mass(16, 0.0f);
   mass[1] = 0.4f;   // page 0: mean 0.1
@@ -93,7 +125,7 @@ TEST(H2o, PageGranularityUsesThePageMean) {
 }
 
 TEST(H2o, RejectsAnObservationThatWouldOverflowItsSums) {
-  md::policy_sequence<pol::h2o> seq(md::config{.page_size = 1}, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> seq(md::config{.page_size = 1}, {.recent_tokens = 0, .recent_fraction = 0});
   seq.append(md::regions::user, 2);
   const std::vector<float> huge{std::numeric_limits<float>::max(), 0.0f};
   seq.observe_tokens(huge);
@@ -108,7 +140,7 @@ TEST(H2o, RejectsAnObservationThatWouldOverflowItsSums) {
 TEST(Tova, FollowsTheLastObservationWhereH2oRemembers) {
   const md::config cfg{.page_size = 1};
   md::policy_sequence<pol::tova> tova(cfg);
-  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0, .recent_fraction = 0});
   tova.append(md::regions::user, 8);
   h2o.append(md::regions::user, 8);
   EXPECT_TRUE(std::isinf(tova.page_scores()[0])) << "unobserved tokens are kept";
@@ -136,7 +168,7 @@ TEST(Tova, FollowsTheLastObservationWhereH2oRemembers) {
 TEST(Scissorhands, KeepsPersistentlyImportantTokensOverOneOffSpikes) {
   const md::config cfg{.page_size = 1};
   md::policy_sequence<pol::scissorhands> sh(cfg, {.history_window = 8});
-  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0, .recent_fraction = 0});
   sh.append(md::regions::user, 8);
   h2o.append(md::regions::user, 8);
   for (int obs = 0; obs < 6; ++obs) {
@@ -172,7 +204,7 @@ TEST(Scissorhands, ForgetsOutsideTheHistoryWindow) {
 TEST(NormSum, RanksByAttentionPerObservationOfLifetime) {
   const md::config cfg{.page_size = 1};
   md::policy_sequence<pol::norm_sum> ns(cfg);
-  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0, .recent_fraction = 0});
   auto both = [&](auto&& f) {
     f(ns);
     f(h2o);
@@ -193,7 +225,7 @@ TEST(NormSum, RanksByAttentionPerObservationOfLifetime) {
 TEST(SnapKv, OnlyTheObservationWindowVotes) {
   const md::config cfg{.page_size = 1};
   md::policy_sequence<pol::snapkv> snap(cfg, {.window = 2, .kernel_size = 1});
-  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0});
+  md::policy_sequence<pol::h2o> h2o(cfg, {.recent_tokens = 0, .recent_fraction = 0});
   snap.append(md::regions::retrieval, 6);
   h2o.append(md::regions::retrieval, 6);
   std::vector<float> early(6, 0.01f), late(6, 0.01f);

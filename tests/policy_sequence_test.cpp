@@ -250,8 +250,8 @@ TEST(PolicySequence, PriorityLruDerivesPrioritiesFromBasePriorities) {
 
 TEST(PolicySequence, CompileTimePageSizeGivesTheSameVictims) {
   const md::config cfg{.page_size = 4, .budget = md::budget_config::tokens(24, 16)};
-  md::policy_sequence<pol::h2o> dynamic(cfg, {.recent_tokens = 4});
-  md::basic_policy_sequence<pol::h2o, float, 4> fixed(cfg, {.recent_tokens = 4});
+  md::policy_sequence<pol::h2o> dynamic(cfg, {.recent_tokens = 4, .recent_fraction = 0});
+  md::basic_policy_sequence<pol::h2o, float, 4> fixed(cfg, {.recent_tokens = 4, .recent_fraction = 0});
   for (md::step_t step = 1; step < 30; ++step) {
     dynamic.append(md::regions::tool_out, 3);
     fixed.append(md::regions::tool_out, 3);

@@ -70,7 +70,9 @@
 #include <memdecay/region.hpp>
 #include <memdecay/trace.hpp>
 
+#include "../common/policy_catalogue.hpp"
 #include "episodes.hpp"
+#include "oracle.hpp"
 
 namespace memdecay_eval {
 
@@ -138,70 +140,46 @@ struct policy_kind {
   std::string name;
   std::string description;
   std::function<std::unique_ptr<policy_runner>(const md::config&)> make;
+  bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
 };
 
-/// MemDecay's parameters (unset: the per-mode defaults, as memdecay-replay: none alpha 1 tau 0.01; uniform and
-/// lifetime alpha 1 tau 2; zscore alpha 0.5 tau 2; EWMA beta 0.9).
-struct memdecay_options {
-  std::optional<double> alpha, tau, ewma_beta;
+/// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
+inline policy_kind oracle_kind() {
+  policy_kind k;
+  k.name = "oracle";
+  k.description = "clairvoyant: the exact optimum of the offline residency problem (0-1 program, GLPK), probes first";
+  k.oracle = true;
+  return k;
+}
+
+/// MemDecay's and the baselines' parameters (tools/common/policy_catalogue.hpp).
+using memdecay_options = memdecay_tools::catalogue_options;
+
+/// Wraps a catalogue entry's sequence in this harness's runner.
+struct kind_wrapper {
+  template <class Construct>
+  policy_kind operator()(std::string name, std::string description, Construct construct) const {
+    policy_kind k;
+    k.name = std::move(name);
+    k.description = std::move(description);
+    k.make = [construct](const md::config& cfg) -> std::unique_ptr<policy_runner> {
+      auto seq = construct(cfg);
+      return std::make_unique<sequence_runner<decltype(seq)>>(std::move(seq));
+    };
+    return k;
+  }
 };
 
 /// MemDecay in one normalisation mode, always through policy_sequence<policies::memdecay>.
 inline policy_kind memdecay_kind(md::attention_normalization mode, const memdecay_options& m = {}) {
-  const bool zscore = mode == md::attention_normalization::zscore;
-  const double a = m.alpha.value_or(zscore ? 0.5 : 1.0);
-  const double t = m.tau.value_or(mode == md::attention_normalization::none ? 0.01 : 2.0);
-  const double b = m.ewma_beta.value_or(0.9);
-  policy_kind k;
-  k.name = std::string("memdecay-") + md::to_string(mode);
-  k.description = "MemDecay, " + std::string(md::to_string(mode)) + " normalisation (alpha " +
-                  md::detail::to_text(a) + ", tau " + md::detail::to_text(t) + ", ewma beta " + md::detail::to_text(b) +
-                  ")";
-  k.make = [mode, a, t, b](const md::config& base) -> std::unique_ptr<policy_runner> {
-    md::config cfg = base;
-    cfg.normalization = mode;
-    cfg.alpha = a;
-    cfg.tau = t;
-    cfg.ewma_beta = b;
-    using seq = md::policy_sequence<md::policies::memdecay>;
-    return std::make_unique<sequence_runner<seq>>(seq(std::move(cfg)));
-  };
-  return k;
+  kind_wrapper wrap;
+  return memdecay_tools::memdecay_entry(mode, m, wrap);
 }
 
-template <template <class> class Policy>
-policy_kind baseline_kind(std::string description, typename Policy<float>::params_type params = {}) {
-  policy_kind k;
-  k.name = std::string(Policy<float>::name);
-  k.description = std::move(description);
-  k.make = [params](const md::config& cfg) -> std::unique_ptr<policy_runner> {
-    using seq = md::policy_sequence<Policy>;
-    return std::make_unique<sequence_runner<seq>>(seq(cfg, params));
-  };
-  return k;
-}
-
-/// Every policy memdecay-eval knows, in table order (the baselines with their sources' defaults; H2O's and
-/// Scissorhands' recent windows take the evaluation's protected recent tokens, as in memdecay-replay).
-inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, const md::protection_config& protection) {
-  std::vector<policy_kind> all;
-  for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform,
-                    md::attention_normalization::lifetime, md::attention_normalization::zscore})
-    all.push_back(memdecay_kind(mode, m));
-  const std::string recent = std::to_string(protection.recent_tokens);
-  all.push_back(baseline_kind<md::policies::random>("uniformly random pages (seed 0)"));
-  all.push_back(baseline_kind<md::policies::streaming_llm>("StreamingLLM: 4 sink tokens + the most recent pages"));
-  all.push_back(baseline_kind<md::policies::h2o>("H2O: cumulative attention, recent " + recent + " tokens kept",
-                                                 {.recent_tokens = protection.recent_tokens}));
-  all.push_back(baseline_kind<md::policies::tova>("TOVA: the latest observation's attention"));
-  all.push_back(baseline_kind<md::policies::scissorhands>(
-      "Scissorhands: share of the last 32 observations at >= uniform attention, recent " + recent + " tokens kept",
-      {.history_window = 32, .recent_tokens = protection.recent_tokens}));
-  all.push_back(baseline_kind<md::policies::norm_sum>("OpenVINO NORM_SUM: cumulative attention / lifetime"));
-  all.push_back(baseline_kind<md::policies::priority_lru>(
-      "TensorRT-LLM prioritized LRU: priority round(100 b_r) per region, LRU within (refresh at >= uniform)"));
-  all.push_back(baseline_kind<md::policies::snapkv>("SnapKV: votes of the last 8 observations, avg-pooled over 5 tokens"));
-  return all;
+/// Every policy memdecay-eval knows, in table order: the one catalogue memdecay-replay shares, the baselines with
+/// their sources' parameters (docs/policies.md).
+inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, const md::protection_config& = {}) {
+  return memdecay_tools::policy_catalogue(m, kind_wrapper{});
 }
 
 /// `kind` with no region pinned (name "<name>-unpinned"): a baseline as its source runs it, without knowing
@@ -476,7 +454,19 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   res.tokens = n;
   res.steps = sch.steps.size();
   res.budget_tokens = budget;
-  auto policy = spec.kind.make(run_config(s, spec.page_size, budget));
+  const md::config cfg = run_config(s, spec.page_size, budget);
+  std::unique_ptr<policy_runner> policy;
+  if (spec.kind.oracle) {
+    std::vector<std::uint32_t> step_end;
+    for (const auto& st : sch.steps) step_end.push_back(st.end());
+    const auto plan = oracle::solve(oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size,
+                                                         budget, s.protection, cfg.effective_regions()));
+    using seq = md::policy_sequence<oracle::planned>;
+    policy = std::make_unique<sequence_runner<seq>>(
+        seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
+  } else {
+    policy = spec.kind.make(cfg);
+  }
   const std::string label = spec.label();
   auto hook = [&](call_kind what, std::size_t i, std::size_t value) {
     if (s.on_call) s.on_call(label, fraction, {what, i, value, policy->kv_len()});

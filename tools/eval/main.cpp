@@ -63,8 +63,18 @@ struct options {
   std::size_t recent_tokens = 16, sink_pages = 0, prefill_chunk = 32;
   bool pin_plan = false, no_fork = false;
   std::optional<double> alpha, tau, ewma_beta;
+  std::optional<double> h2o_recent_fraction;
+  std::optional<std::size_t> snapkv_window, scissorhands_history;
   bool progress = false, no_progress = false, list_policies = false;
 };
+
+ev::memdecay_options catalogue(const options& o) {
+  auto c = ev::memdecay_options::memdecay(o.alpha, o.tau, o.ewma_beta);
+  c.h2o_recent_fraction = o.h2o_recent_fraction;
+  c.snapkv_window = o.snapkv_window;
+  c.scissorhands_history = o.scissorhands_history;
+  return c;
+}
 
 // The README demo: the small model, the 450-token tier, the tightest budget, MemDecay against recency, H2O and
 // TOVA, on the 8 episodes of the committed file.
@@ -241,12 +251,13 @@ int run(options& o) {
   if (o.prefill_chunk == 0) throw std::runtime_error("--prefill-chunk must be at least 1");
 
   // Policies x page sizes.
-  const auto kinds = ev::all_policy_kinds({o.alpha, o.tau, o.ewma_beta}, settings.protection);
+  auto kinds = ev::all_policy_kinds(catalogue(o), settings.protection);
+  kinds.push_back(ev::oracle_kind());
   std::vector<ev::policy_kind> chosen;
   for (const auto& name : o.policies) {
     bool found = false;
     for (const auto& k : kinds)
-      if (name == "all" || name == k.name || (name == "baselines" && k.name.rfind("memdecay-", 0) != 0) ||
+      if (name == "all" || name == k.name || (name == "baselines" && k.name.rfind("memdecay-", 0) != 0 && !k.oracle) ||
           (name == "memdecay" && k.name.rfind("memdecay-", 0) == 0)) {
         found = true;
         if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; })) chosen.push_back(k);
@@ -266,14 +277,19 @@ int run(options& o) {
     }
   }
   std::vector<ev::config_spec> configs;
+  std::vector<std::size_t> every_page_size = o.page_sizes;  // the oracle runs at every page size in use
+  for (auto p : o.baseline_page_sizes)
+    if (std::find(every_page_size.begin(), every_page_size.end(), p) == every_page_size.end()) every_page_size.push_back(p);
   for (const auto& k : chosen) {
     const bool is_memdecay = k.name.rfind("memdecay-", 0) == 0;
-    for (auto p : is_memdecay ? o.page_sizes : o.baseline_page_sizes) configs.push_back({k, p});
+    for (auto p : k.oracle ? every_page_size : is_memdecay ? o.page_sizes : o.baseline_page_sizes)
+      configs.push_back({k, p});
   }
-  // Table order: MemDecay at each page size, then the baselines at each page size.
+  // Table order: MemDecay at each page size, then the baselines at each page size, then the oracle.
   std::stable_sort(configs.begin(), configs.end(), [](const ev::config_spec& a, const ev::config_spec& b) {
     const bool am = a.kind.name.rfind("memdecay-", 0) == 0, bm = b.kind.name.rfind("memdecay-", 0) == 0;
     if (am != bm) return am;
+    if (a.kind.oracle != b.kind.oracle) return b.kind.oracle;
     return a.page_size > b.page_size;
   });
   if (!configs.empty()) settings.ceiling_page_size = configs.front().page_size;
@@ -608,6 +624,11 @@ int main(int argc, char** argv) {
   app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1; 0.5 for zscore)");
   app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none; 2 otherwise)");
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
+  app.add_option("--h2o-recent-fraction", o.h2o_recent_fraction,
+                 "H2O: the recent window's share of the budget (default 0.5, the source's heavy_ratio = recent_ratio)");
+  app.add_option("--snapkv-window", o.snapkv_window, "SnapKV: observations that vote (default 64, the source's window_size)");
+  app.add_option("--scissorhands-history", o.scissorhands_history,
+                 "Scissorhands: observations remembered (default 64; the source's 400 is above this implementation's 64)");
   app.add_flag("--no-fork", o.no_fork,
                "Run every policy from the first token instead of from the full cache's state at its first eviction "
                "(same results, about twice the time)");
@@ -626,8 +647,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (o.list_policies) {
-      for (const auto& k : ev::all_policy_kinds({o.alpha, o.tau, o.ewma_beta}, {.sink_pages = o.sink_pages,
-                                                                               .recent_tokens = o.recent_tokens}))
+      auto kinds = ev::all_policy_kinds(catalogue(o));
+      kinds.push_back(ev::oracle_kind());
+      for (const auto& k : kinds)
         std::printf("%-20s %s\n", k.name.c_str(), k.description.c_str());
       return 0;
     }

@@ -58,7 +58,7 @@ struct options {
 
 // Every policy the tool knows, in the order tables list them.
 std::vector<rp::policy_entry> known_policies(const options& o) {
-  return rp::all_policies({o.alpha, o.tau, o.ewma_beta}, {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens});
+  return rp::all_policies(rp::memdecay_options::memdecay(o.alpha, o.tau, o.ewma_beta), {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens});
 }
 
 std::vector<rp::policy_entry> chosen_policies(const options& o) {

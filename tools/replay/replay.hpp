@@ -46,6 +46,8 @@
 #include <memdecay/sequence.hpp>
 #include <memdecay/trace.hpp>
 
+#include "../common/policy_catalogue.hpp"
+
 namespace memdecay::replay {
 
 /// One eviction decision, with what made it (for --log-evictions).
@@ -154,75 +156,35 @@ struct policy_entry {
   std::function<std::unique_ptr<runner>(const config&, std::size_t total_tokens)> make;
 };
 
-/// MemDecay with a normalisation mode; alpha and tau default per mode unless given (none: alpha 1, tau 0.01, the
-/// paper's raw shares; uniform and lifetime: alpha 1, tau 2 times the uniform share; zscore: alpha 0.5, tau 2
-/// standard deviations; EWMA beta 0.9). none and uniform run memdecay::sequence, the library's main class;
-/// lifetime and zscore run policies::memdecay behind the policy interface (basic_sequence supports only the
-/// first two; for those two both give the same victims, tests/policy_sequence_test.cpp).
-inline policy_entry memdecay_policy(attention_normalization mode, std::optional<double> alpha = {},
-                                    std::optional<double> tau = {}, std::optional<double> beta = {}) {
-  const bool zscore = mode == attention_normalization::zscore;
-  const double a = alpha.value_or(zscore ? 0.5 : 1.0);
-  const double t = tau.value_or(mode == attention_normalization::none ? 0.01 : 2.0), b = beta.value_or(0.9);
-  policy_entry e;
-  e.name = std::string("memdecay-") + to_string(mode);
-  e.description = "MemDecay, " + std::string(to_string(mode)) + " normalisation (alpha " + memdecay::detail::to_text(a) +
-                  ", tau " + memdecay::detail::to_text(t) + ", ewma beta " + memdecay::detail::to_text(b) + ")";
-  e.make = [mode, a, t, b](const config& base, std::size_t total) -> std::unique_ptr<runner> {
-    config cfg = base;
-    cfg.normalization = mode;
-    cfg.alpha = a;
-    cfg.tau = t;
-    cfg.ewma_beta = b;
-    if (mode == attention_normalization::none || mode == attention_normalization::uniform)
-      return std::make_unique<sequence_runner<sequence>>(sequence(std::move(cfg)), total);
-    using seq_type = basic_policy_sequence<policies::memdecay, float>;
-    return std::make_unique<sequence_runner<seq_type>>(seq_type(std::move(cfg)), total);
-  };
-  return e;
-}
+/// MemDecay's and the baselines' parameters (tools/common/policy_catalogue.hpp).
+using memdecay_options = memdecay_tools::catalogue_options;
 
-/// A baseline behind the policy interface (policy.hpp), run by basic_policy_sequence: the same evictor, budgets,
-/// protections, block pool and two-phase commit as MemDecay; only the page scores differ.
-template <template <class> class Policy>
-policy_entry baseline_policy(std::string description, typename Policy<float>::params_type params = {}) {
-  policy_entry e;
-  e.name = std::string(Policy<float>::name);
-  e.description = std::move(description);
-  e.make = [params](const config& base, std::size_t total) -> std::unique_ptr<runner> {
-    using seq_type = basic_policy_sequence<Policy, float>;
-    return std::make_unique<sequence_runner<seq_type>>(seq_type(base, params), total);
-  };
-  return e;
-}
-
-/// MemDecay's parameters on the command line (unset: the per-mode defaults of memdecay_policy).
-struct memdecay_options {
-  std::optional<double> alpha, tau, ewma_beta;
+/// Wraps a catalogue entry's sequence in the replay's runner.
+struct entry_wrapper {
+  template <class Construct>
+  policy_entry operator()(std::string name, std::string description, Construct construct) const {
+    policy_entry e;
+    e.name = std::move(name);
+    e.description = std::move(description);
+    e.make = [construct](const config& cfg, std::size_t total) -> std::unique_ptr<runner> {
+      auto seq = construct(cfg);
+      return std::make_unique<sequence_runner<decltype(seq)>>(std::move(seq), total);
+    };
+    return e;
+  }
 };
 
-/// Every policy memdecay-replay compares, in table order: MemDecay in each normalisation mode, then the
-/// baselines with their sources' defaults, except that windows the evictor already protects (H2O's and
-/// Scissorhands' recent tokens) take the replay's recent_tokens, so every policy keeps the same recent pages.
-inline std::vector<policy_entry> all_policies(const memdecay_options& m, const protection_config& protection) {
-  std::vector<policy_entry> all;
-  for (auto mode : {attention_normalization::none, attention_normalization::uniform, attention_normalization::lifetime,
-                    attention_normalization::zscore})
-    all.push_back(memdecay_policy(mode, m.alpha, m.tau, m.ewma_beta));
-  const std::string recent = std::to_string(protection.recent_tokens);
-  all.push_back(baseline_policy<policies::random>("uniformly random pages (seed 0)"));
-  all.push_back(baseline_policy<policies::streaming_llm>("StreamingLLM: 4 sink tokens + the most recent pages"));
-  all.push_back(baseline_policy<policies::h2o>("H2O: cumulative attention, recent " + recent + " tokens kept",
-                                               {.recent_tokens = protection.recent_tokens}));
-  all.push_back(baseline_policy<policies::tova>("TOVA: the latest observation's attention"));
-  all.push_back(baseline_policy<policies::scissorhands>(
-      "Scissorhands: share of the last 32 observations at >= uniform attention, recent " + recent + " tokens kept",
-      {.history_window = 32, .recent_tokens = protection.recent_tokens}));
-  all.push_back(baseline_policy<policies::norm_sum>("OpenVINO NORM_SUM: cumulative attention / lifetime"));
-  all.push_back(baseline_policy<policies::priority_lru>(
-      "TensorRT-LLM prioritized LRU: priority round(100 b_r) per region, LRU within (refresh at >= uniform)"));
-  all.push_back(baseline_policy<policies::snapkv>("SnapKV: votes of the last 8 observations, avg-pooled over 5 tokens"));
-  return all;
+/// MemDecay with a normalisation mode (policy_sequence<policies::memdecay>; per-mode defaults unless given).
+inline policy_entry memdecay_policy(attention_normalization mode, std::optional<double> alpha = {},
+                                    std::optional<double> tau = {}, std::optional<double> beta = {}) {
+  entry_wrapper wrap;
+  return memdecay_tools::memdecay_entry(mode, memdecay_options::memdecay(alpha, tau, beta), wrap);
+}
+
+/// Every policy memdecay-replay compares, in table order: the one catalogue memdecay-eval shares (MemDecay in
+/// each normalisation mode, then the baselines with their sources' parameters, docs/policies.md).
+inline std::vector<policy_entry> all_policies(const memdecay_options& m, const protection_config& = {}) {
+  return memdecay_tools::policy_catalogue(m, entry_wrapper{});
 }
 
 /// Per-region numbers of one cell.

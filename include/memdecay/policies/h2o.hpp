@@ -3,12 +3,18 @@
 //
 // Source: Z. Zhang et al., "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language
 // Models", NeurIPS 2023; reference implementation FMInference/H2O, h2o_hf/utils_real_drop/modify_llama.py
-// (H2OKVCache_LayerWise(hh_size=4, recent_size=512): _update_hh_score sums attention into hh_score).
+// (H2OKVCache_LayerWise: _update_hh_score sums attention into hh_score). hh_size=4, recent_size=512 are only that
+// class's defaults: the published runs size both from the budget (`--heavy_ratio 0.1 --recent_ratio 0.1` in the
+// repository's scripts and in every follow-up that reruns H2O), i.e. half the budget heavy hitters, half recent.
 //
 // Every observation adds the raw mass to each token's running sum (no decay, no normalisation, as in the
 // reference: tokens that arrived early have had more chances to collect mass). A page scores the mean sum of its
-// tokens; pages holding one of the last `recent_tokens` tokens are kept. Under a budget of B tokens the recent
-// window stays and the rest goes to the heaviest hitters.
+// tokens; pages holding one of the last R tokens are kept, R = max(recent_tokens, floor(recent_fraction x B)) under
+// a budget of B tokens (the config's upper watermark; recent_tokens alone when the budget is unlimited). The
+// default, recent_fraction 0.5 and recent_tokens 0, is the source's heavy_ratio = recent_ratio: the recent half
+// stays and the other half goes to the heaviest hitters. A fixed small window instead (recent_fraction 0) turns
+// H2O into pure cumulative attention, which is known to be weak; a fixed large one into pure recency whenever the
+// budget is below it.
 //
 // State per token: the cumulative mass (Float). Cost: O(n) per observation, O(n) per score.
 #ifndef MEMDECAY_POLICIES_H2O_HPP
@@ -37,11 +43,25 @@ class h2o {
  public:
   using float_type = Float;
   struct params_type {
-    std::size_t recent_tokens = 512;  ///< recent_size: pages holding one of the last recent_tokens are kept
+    std::size_t recent_tokens = 0;  ///< a fixed recent window (recent_size), in tokens
+    double recent_fraction = 0.5;   ///< the recent window as a share of the token budget (recent_ratio / (heavy + recent))
   };
   static constexpr std::string_view name = "h2o";
 
-  h2o(const params_type& params, const config&, const region_table&) : recent_tokens_(params.recent_tokens) {}
+  h2o(const params_type& params, const config& cfg, const region_table&)
+      : recent_tokens_(params.recent_tokens), recent_fraction_(params.recent_fraction), budget_(cfg.budget) {
+    if (!(recent_fraction_ >= 0.0 && recent_fraction_ <= 1.0))
+      detail::raise_config("h2o.recent_fraction = " + detail::to_text(recent_fraction_) + " (must be in [0, 1])");
+  }
+
+  /// The recent window in tokens for a sequence whose logical length is `logical_len`.
+  [[nodiscard]] std::size_t recent_window(std::size_t page_size, std::uint64_t logical_len) const noexcept {
+    if (budget_.unit == budget_unit::unlimited || recent_fraction_ == 0.0) return recent_tokens_;
+    const double b = static_cast<double>(budget_.in_tokens(page_size, logical_len).high);
+    const double r = std::floor(recent_fraction_ * b);
+    const std::size_t from_budget = r >= 1e18 ? std::size_t{1} << 60 : static_cast<std::size_t>(r);
+    return from_budget > recent_tokens_ ? from_budget : recent_tokens_;
+  }
 
   [[nodiscard]] std::span<const Float> cumulative() const noexcept { return sum_; }
 
@@ -59,17 +79,21 @@ class h2o {
   }
   void page_scores(const sequence_view& view, std::span<Float> out) const noexcept {
     policy_support::page_means<Float>(view, out, [&](std::size_t i) { return sum_[i]; });
-    for (std::size_t p = policy_support::first_recent_page(view, recent_tokens_); p < view.num_pages(); ++p)
+    const std::uint64_t logical_len = view.kv_len() == 0 ? 0 : view.position_of(view.kv_len() - 1) + 1;
+    const std::size_t recent = recent_window(view.page_size, logical_len);
+    for (std::size_t p = policy_support::first_recent_page(view, recent); p < view.num_pages(); ++p)
       out[p] = policy_support::keep_score<Float>;
   }
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
-    h.add(std::span<const Float>(sum_)).add(static_cast<std::uint64_t>(recent_tokens_));
+    h.add(std::span<const Float>(sum_)).add(static_cast<std::uint64_t>(recent_tokens_)).add(recent_fraction_);
     return h.value();
   }
 
  private:
   std::size_t recent_tokens_;
+  double recent_fraction_;
+  budget_config budget_;
   std::vector<Float> sum_;
 };
 
