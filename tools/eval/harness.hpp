@@ -657,6 +657,7 @@ struct target_result {
   run_result full;
   std::vector<run_result> cells;
   std::vector<md::trace::episode> trace;
+  std::vector<episode_outcome> episodes;  ///< per episode (the bootstrap resamples them), without traces
 };
 
 /// Evaluates every target on `threads` threads (the unit of work is one episode of one target). `progress` is
@@ -709,7 +710,9 @@ std::vector<target_result> evaluate(const std::vector<eval_target<Session>>& tar
       if (o.trace) {
         o.trace->name = targets[t].model + "/" + targets[t].file->label() + "/" + std::to_string(e);
         out[t].trace.push_back(std::move(*o.trace));
+        o.trace.reset();
       }
+      out[t].episodes.push_back(std::move(o));
     }
   }
   return out;

@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -30,6 +31,7 @@
 #include "../common/xml_escape.hpp"
 #include "engine/tiny_lm.hpp"
 #include "episodes.hpp"
+#include "bootstrap.hpp"
 #include "harness.hpp"
 
 #ifndef MEMDECAY_EVAL_DATA_DIR
@@ -112,7 +114,30 @@ struct row {
   std::string policy;            // "full" for the full cache
   std::size_t page_size = 0;
   const ev::run_result* result = nullptr;
+  std::size_t target = 0;                                        // index into the targets / results
+  std::size_t cell = std::numeric_limits<std::size_t>::max();    // config * budgets + budget; max: the full cache
+  std::optional<ev::stats::interval> ci;                         // 95% bootstrap interval of the recall
+  std::optional<double> oracle_recall;                           // the oracle's recall on the same probes
 };
+
+// Per-episode counts of one row's cell (all probes, or the unpinned ones), for the bootstrap.
+std::vector<ev::stats::counts> episode_counts(const ev::target_result& r, std::size_t cell, const md::region_table& table,
+                                              bool unpinned) {
+  std::vector<ev::stats::counts> out;
+  for (const auto& e : r.episodes) {
+    const ev::run_result& x = cell == std::numeric_limits<std::size_t>::max() ? e.full : e.cells[cell];
+    const auto c = unpinned ? x.by_pinned(table, false) : x.total();
+    out.push_back({c.recalled, c.probes});
+  }
+  return out;
+}
+
+std::string ci_text(const std::optional<ev::stats::interval>& ci) {
+  if (!ci) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "[%.1f, %.1f]", 100.0 * ci->lower, 100.0 * ci->upper);
+  return b;
+}
 
 json counts_json(const ev::region_counts& c) {
   auto rate = [](std::uint64_t k, std::uint64_t n) { return n ? json(static_cast<double>(k) / static_cast<double>(n)) : json(nullptr); };
@@ -139,7 +164,7 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-eval: probe recall "
-    << "under online eviction (dashed: full cache)</text>\n";
+    << "under online eviction (dashed: full cache; red dotted: the oracle; whiskers: 95% bootstrap intervals)</text>\n";
   auto find = [&](const std::string& m, const std::string& t, std::optional<double> b, const std::string& label) -> const row* {
     for (const auto& r : rows) {
       const std::string l = r.policy == "full" ? "full" : r.policy + "/p" + std::to_string(r.page_size);
@@ -181,6 +206,28 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
               << bar_w * 0.9 << "\" height=\"" << h << "\" fill=\"" << palette[c % std::size(palette)] << "\"><title>"
               << xml_escape(configs[c]) << ", budget " << budget_text(budgets[b]) << ": " << pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000)
               << "</title></rect>\n";
+            if (metric == 0 && r->ci) {  // the 95% bootstrap interval
+              const double cx = gx + (static_cast<double>(c) + 0.45) * bar_w;
+              const double ylo = y0 + panel_h - panel_h * std::clamp(r->ci->lower, 0.0, 1.0);
+              const double yhi = y0 + panel_h - panel_h * std::clamp(r->ci->upper, 0.0, 1.0);
+              s << "<line x1=\"" << cx << "\" y1=\"" << ylo << "\" x2=\"" << cx << "\" y2=\"" << yhi
+                << "\" stroke=\"black\" stroke-width=\"1\"/>\n<line x1=\"" << cx - 2 << "\" y1=\"" << ylo << "\" x2=\""
+                << cx + 2 << "\" y2=\"" << ylo << "\" stroke=\"black\"/>\n<line x1=\"" << cx - 2 << "\" y1=\"" << yhi
+                << "\" x2=\"" << cx + 2 << "\" y2=\"" << yhi << "\" stroke=\"black\"/>\n";
+            }
+          }
+          // The oracle's recall at this budget (largest page size): a dotted line across the group.
+          const row* oracle = nullptr;
+          for (const auto& r : rows)
+            if (r.policy == "oracle" && r.model == models[m] && r.tier == tiers[t] && r.budget == budgets[b] &&
+                (!oracle || r.page_size > oracle->page_size))
+              oracle = &r;
+          if (oracle) {
+            const double y = y0 + panel_h - panel_h * std::min(1.0, value(*oracle->result));
+            s << "<line x1=\"" << gx << "\" y1=\"" << y << "\" x2=\"" << gx + group_w * 0.85 << "\" y2=\"" << y
+              << "\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"2,3\"><title>oracle (page "
+              << oracle->page_size << "): " << pct(static_cast<std::uint64_t>(std::lround(value(*oracle->result) * 1e6)), 1000000)
+              << "</title></line>\n";
           }
         }
         if (const auto* full = find(models[m], tiers[t], std::nullopt, "full")) {
@@ -390,17 +437,39 @@ int run(options& o) {
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const auto& model = targets[t].model;
     const auto tier = targets[t].file->label();
-    rows.push_back({model, tier, std::nullopt, "full", settings.ceiling_page_size, &results[t].full});
+    rows.push_back({model, tier, std::nullopt, "full", settings.ceiling_page_size, &results[t].full, t});
     distinct += results[t].full.total().probes;
     episodes += results[t].full.episodes;
     for (std::size_t b = 0; b < o.budgets.size(); ++b)
       for (std::size_t c = 0; c < configs.size(); ++c) {
         const auto& cell = results[t].cells[c * o.budgets.size() + b];
-        rows.push_back({model, tier, o.budgets[b], configs[c].kind.name, configs[c].page_size, &cell});
+        rows.push_back({model, tier, o.budgets[b], configs[c].kind.name, configs[c].page_size, &cell, t,
+                        c * o.budgets.size() + b});
         answered += cell.total().probes;
       }
     answered += results[t].full.total().probes;
   }
+  // Intervals, and each row's recall as a share of the oracle's at the same model, tier, budget and page size.
+  for (auto& r : rows) {
+    if (r.budget) r.ci = ev::stats::bootstrap({episode_counts(results[r.target], r.cell, table, false)});
+    for (const auto& q : rows)
+      if (q.policy == "oracle" && q.model == r.model && q.tier == r.tier && q.budget == r.budget &&
+          q.page_size == r.page_size && q.result->total().probes > 0)
+        r.oracle_recall = static_cast<double>(q.result->total().recalled) / static_cast<double>(q.result->total().probes);
+  }
+  auto of_oracle = [](const row& r, std::uint64_t recalled, std::uint64_t probes) -> std::string {
+    if (!r.oracle_recall || probes == 0 || *r.oracle_recall <= 0) return "-";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * static_cast<double>(recalled) / static_cast<double>(probes) / *r.oracle_recall);
+    return b;
+  };
+  // Pooled over the tiers of one model: strata = tiers.
+  auto pooled_strata = [&](const std::string& model, std::size_t cell, bool unpinned) {
+    ev::stats::strata st;
+    for (std::size_t t = 0; t < targets.size(); ++t)
+      if (targets[t].model == model) st.push_back(episode_counts(results[t], cell, table, unpinned));
+    return st;
+  };
 
   // Markdown.
   std::ostringstream md_out;
@@ -423,15 +492,15 @@ int run(options& o) {
     md_out << "Episodes: " << files[i].source << " (" << files[i].label() << ", seed " << files[i].seed << ", "
            << (targets.empty() ? 0 : targets[i].episodes()) << " of " << files[i].episodes.size() << " episodes)\n";
   for (const auto& c : calibration_text) md_out << "Calibration: " << c << "\n";
-  md_out << "\n| model | tier | budget | policy | page | probes | recall | of full | survival | pinned | unpinned | "
-            "over-budget steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md_out << "\n| model | tier | budget | policy | page | probes | recall | 95% CI | of full | of oracle | survival | pinned | "
+            "unpinned | over-budget steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rows) {
     const auto tot = r.result->total();
     const auto pin = r.result->by_pinned(table, true), unpin = r.result->by_pinned(table, false);
     md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
            << (r.policy == "full" ? "**full cache**" : r.policy) << " | " << r.page_size << " | " << tot.probes << " | "
-           << pct(tot.recalled, tot.probes) << " | " << pct(tot.recalled, tot.ceiling) << " | "
-           << pct(tot.survived, tot.probes) << " | " << frac(pin.recalled, pin.probes) << " | "
+           << pct(tot.recalled, tot.probes) << " | " << ci_text(r.ci) << " | " << pct(tot.recalled, tot.ceiling) << " | "
+           << of_oracle(r, tot.recalled, tot.probes) << " | " << pct(tot.survived, tot.probes) << " | " << frac(pin.recalled, pin.probes) << " | "
            << pct(unpin.recalled, unpin.probes) << " | " << r.result->over_budget_steps << " |\n";
   }
   md_out << "\nRecall per region of the fact\n\n| model | tier | budget | policy | page |";
@@ -449,7 +518,7 @@ int run(options& o) {
     md_out << "\n";
   }
   // Pooled over tiers: recall (unpinned recall) per model, config and budget.
-  md_out << "\nTiers pooled: recall (unpinned recall)\n\n| model | policy | page |";
+  md_out << "\nTiers pooled: recall [95% CI] (unpinned recall); of the oracle's recall\n\n| model | policy | page |";
   for (double b : o.budgets) md_out << " " << budget_text(b) << " |";
   md_out << "\n|---|---|---:|";
   for (std::size_t i = 0; i < o.budgets.size(); ++i) md_out << "---:|";
@@ -463,18 +532,59 @@ int run(options& o) {
       md_out << " " << pct(full.total().recalled, full.total().probes) << " ("
              << pct(full.by_pinned(table, false).recalled, full.by_pinned(table, false).probes) << ") |";
     md_out << "\n";
-    for (const auto& c : configs) {
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+      const auto& c = configs[ci];
       md_out << "| " << m << " | " << c.kind.name << " | " << c.page_size << " |";
-      for (double b : o.budgets) {
-        ev::run_result pooled;
+      for (std::size_t bi = 0; bi < o.budgets.size(); ++bi) {
+        const double b = o.budgets[bi];
+        ev::run_result pooled, oracle;
         for (const auto& r : rows)
-          if (r.model == m && r.policy == c.kind.name && r.page_size == c.page_size && r.budget == b) pooled.merge(*r.result);
+          if (r.model == m && r.budget == b && r.page_size == c.page_size) {
+            if (r.policy == c.kind.name) pooled.merge(*r.result);
+            if (r.policy == "oracle") oracle.merge(*r.result);
+          }
         const auto tot = pooled.total(), un = pooled.by_pinned(table, false);
-        md_out << " " << pct(tot.recalled, tot.probes) << " (" << pct(un.recalled, un.probes) << ") |";
+        const auto ci95 = ev::stats::bootstrap(pooled_strata(m, ci * o.budgets.size() + bi, false));
+        md_out << " " << pct(tot.recalled, tot.probes) << " " << ci_text(ci95) << " (" << pct(un.recalled, un.probes)
+               << ")";
+        if (oracle.total().probes > 0 && oracle.total().recalled > 0)
+          md_out << "; " << pct(tot.recalled * oracle.total().probes, oracle.total().recalled * tot.probes);
+        md_out << " |";
       }
       md_out << "\n";
     }
   }
+  // The question of the evaluation: MemDecay's best mode against the best baseline at each page size and budget,
+  // tiers pooled, with the paired bootstrap interval of the difference (a tie when it contains 0).
+  md_out << "\nMemDecay against the best baseline (tiers pooled; recall difference in points, paired 95% bootstrap "
+            "interval over episodes)\n\n| model | page | budget | best MemDecay | best baseline | difference | 95% CI | "
+            "verdict |\n|---|---:|---:|---|---|---:|---:|---|\n";
+  for (const auto& m : model_names)
+    for (std::size_t page : every_page_size)
+      for (std::size_t bi = 0; bi < o.budgets.size(); ++bi) {
+        auto best = [&](bool memdecay) {
+          std::optional<std::size_t> pick;
+          double value = -1;
+          for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+            const auto& c = configs[ci];
+            if (c.page_size != page || c.kind.oracle || (c.kind.name.rfind("memdecay-", 0) == 0) != memdecay) continue;
+            const auto v = ev::stats::bootstrap(pooled_strata(m, ci * o.budgets.size() + bi, false), nullptr,
+                                                {.resamples = 0});
+            if (v.estimate > value) value = v.estimate, pick = ci;
+          }
+          return pick;
+        };
+        const auto md_best = best(true), base_best = best(false);
+        if (!md_best || !base_best) continue;
+        const auto a = pooled_strata(m, *base_best * o.budgets.size() + bi, false);
+        const auto d = ev::stats::bootstrap(pooled_strata(m, *md_best * o.budgets.size() + bi, false), &a);
+        char line[256];
+        std::snprintf(line, sizeof line, "| %s | %zu | %s | %s | %s | %+.1f | [%+.1f, %+.1f] | %s |\n", m.c_str(), page,
+                      budget_text(o.budgets[bi]).c_str(), configs[*md_best].kind.name.c_str(),
+                      configs[*base_best].kind.name.c_str(), 100.0 * d.estimate, 100.0 * d.lower, 100.0 * d.upper,
+                      d.contains_zero() ? "tie" : d.estimate > 0 ? "MemDecay ahead" : "baseline ahead");
+        md_out << line;
+      }
   std::uint64_t violations = 0;
   for (const auto& r : rows) violations += r.result->budget_violations;
   if (violations > 0) md_out << "\nWARNING: " << violations << " steps ended above the budget without a pinned/protected reason\n";
@@ -549,6 +659,15 @@ int run(options& o) {
       cell["budget_violations"] = x.budget_violations;
       cell["forked_steps"] = x.forked_steps;
       cell["max_resident"] = x.max_resident;
+      cell["recall_ci95"] = r.ci ? json::array({r.ci->lower, r.ci->upper}) : json(nullptr);
+      cell["oracle_recall"] = r.oracle_recall ? json(*r.oracle_recall) : json(nullptr);
+      json per = json::array();  // per episode: probes, recalled, survived (the bootstrap's input)
+      for (const auto& e : results[r.target].episodes) {
+        const ev::run_result& y = r.cell == std::numeric_limits<std::size_t>::max() ? e.full : e.cells[r.cell];
+        const auto t = y.total(), u = y.by_pinned(table, false);
+        per.push_back(json::array({t.probes, t.recalled, t.survived, u.probes, u.recalled}));
+      }
+      cell["per_episode"] = std::move(per);
       jr.push_back(std::move(cell));
     }
     j["results"] = std::move(jr);

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay-eval's statistics: 95% bootstrap intervals over episodes for a recall (a ratio of sums) and for the
+// difference of two recalls measured on the same episodes (paired).
+//
+// Episodes are the unit of resampling: probes within an episode share its eviction history, so they are not
+// independent. Resampling is stratified by tier (each tier's episodes are drawn with replacement from that tier),
+// so pooled numbers keep the tiers' weights. The interval is the percentile interval of `resamples` replicates; the
+// generator is a fixed-seed splitmix64, so the same counts and seed give the same interval on every machine.
+#ifndef MEMDECAY_TOOLS_EVAL_BOOTSTRAP_HPP
+#define MEMDECAY_TOOLS_EVAL_BOOTSTRAP_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace memdecay_eval::stats {
+
+/// One episode's probes and how many of them a configuration recalled.
+struct counts {
+  std::uint64_t hits = 0;
+  std::uint64_t trials = 0;
+};
+
+/// Episodes grouped by stratum (tier); for a paired difference both sides list the same episodes in the same order.
+using strata = std::vector<std::vector<counts>>;
+
+struct interval {
+  double estimate = 0.0;  ///< on the data itself
+  double lower = 0.0, upper = 0.0;
+  /// A difference whose interval contains 0 is a tie.
+  [[nodiscard]] bool contains_zero() const noexcept { return lower <= 0.0 && upper >= 0.0; }
+};
+
+struct bootstrap_options {
+  std::size_t resamples = 2000;
+  std::uint64_t seed = 0x6d656d6465636179ULL;  // "memdecay"
+  double level = 0.95;
+};
+
+namespace detail {
+
+class splitmix64 {
+ public:
+  explicit splitmix64(std::uint64_t seed) noexcept : s_(seed) {}
+  std::uint64_t next() noexcept {
+    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, n) (the modulo bias is below n / 2^64: nil for episode counts).
+  std::size_t below(std::size_t n) noexcept { return static_cast<std::size_t>(next() % n); }
+
+ private:
+  std::uint64_t s_;
+};
+
+inline double ratio(std::uint64_t hits, std::uint64_t trials) noexcept {
+  return trials == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(trials);
+}
+
+inline double quantile(std::vector<double>& v, double q) {
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+inline void check_paired(const strata& a, const strata& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("bootstrap: the two sides have different strata");
+  for (std::size_t s = 0; s < a.size(); ++s)
+    if (a[s].size() != b[s].size()) throw std::invalid_argument("bootstrap: the two sides have different episodes");
+}
+
+}  // namespace detail
+
+/// The recall of b minus the recall of a (pooled over strata), with its paired bootstrap interval; with `a` empty,
+/// the interval of b's recall alone.
+inline interval bootstrap(const strata& b, const strata* a = nullptr, const bootstrap_options& o = {}) {
+  if (a) detail::check_paired(*a, b);
+  auto statistic = [&](const auto& pick) {
+    std::uint64_t hb = 0, tb = 0, ha = 0, ta = 0;
+    for (std::size_t s = 0; s < b.size(); ++s)
+      for (std::size_t k = 0; k < b[s].size(); ++k) {
+        const std::size_t e = pick(s, k);
+        hb += b[s][e].hits;
+        tb += b[s][e].trials;
+        if (a) {
+          ha += (*a)[s][e].hits;
+          ta += (*a)[s][e].trials;
+        }
+      }
+    return detail::ratio(hb, tb) - (a ? detail::ratio(ha, ta) : 0.0);
+  };
+  interval out;
+  out.estimate = statistic([](std::size_t, std::size_t k) { return k; });
+  detail::splitmix64 rng(o.seed);
+  std::vector<double> reps;
+  reps.reserve(o.resamples);
+  for (std::size_t r = 0; r < o.resamples; ++r)
+    reps.push_back(statistic([&](std::size_t s, std::size_t) { return rng.below(b[s].size()); }));
+  if (reps.empty()) {
+    out.lower = out.upper = out.estimate;
+    return out;
+  }
+  const double tail = (1.0 - o.level) / 2.0;
+  out.lower = detail::quantile(reps, tail);
+  out.upper = detail::quantile(reps, 1.0 - tail);
+  return out;
+}
+
+}  // namespace memdecay_eval::stats
+
+#endif  // MEMDECAY_TOOLS_EVAL_BOOTSTRAP_HPP
