@@ -169,7 +169,9 @@ TEST(CalibrationFile, DocumentationExampleRuns) {
   {
     namespace cal = memdecay::calibration;
     std::vector<memdecay::trace::trace_file> traces{memdecay::trace::read_file(trace_path)};
-    cal::calibration c = cal::estimate(traces);             // per region: half-life, 95% interval, samples, episodes
+    // The generator's half-lives are attention fades: the excess-decay estimator's quantity (the default estimator,
+    // refresh intervals, is for recorded traces; docs/calibration.md).
+    cal::calibration c = cal::estimate(traces, {.method = cal::estimator_method::excess_decay});
     cal::write_file(file, c);                                // validates first
 
     auto loaded = cal::read_file(file);  // config_error naming the field on a bad file
@@ -243,7 +245,7 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
                   "provenance.traces[0].layers: 0 (must be in [1, 4096])");
   expect_rejected([](json& j) { j["provenance"]["model"] = 3; }, "provenance.model: a number 3 (must be a string)");
   expect_rejected([](json& j) { j["estimator"]["method"] = "ols"; },
-                  "estimator.method: 'ols' (this reader knows 'wls-excess-decay-jackknife')");
+                  "estimator.method: 'ols' (this reader knows 'refresh-interval-mle-jackknife' and 'wls-excess-decay-jackknife')");
   expect_rejected([](json& j) { j["estimator"]["passes"] = 0; }, "estimator: passes = 0 (must be in [1, 64])");
   expect_rejected([](json& j) { j["estimator"]["sink_positions"] = 5000000000ULL; },
                   "estimator.sink_positions: 5000000000 (at most 4294967295)");

@@ -1,4 +1,5 @@
-// Tests for the calibration estimator (memdecay/calibration.hpp): half-lives recovered from synthetic traces
+// Tests for the excess-decay calibration estimator (memdecay/calibration.hpp, estimator_method::excess_decay; the
+// refresh-interval estimator, the default, is tested in calibration_intervals_test.cpp): half-lives recovered from synthetic traces
 // generated with known, non-default half-lives (within 10%, with per-layer fits on a multi-layer trace); an exact
 // hand-built trace; too few samples or episodes give "uncalibrated" and keep the default; input and option errors.
 #include <gtest/gtest.h>
@@ -21,6 +22,13 @@ namespace {
 // Half-lives unlike the defaults (170 120 80 30 40 100 15) and in another order, so a fit that returned the
 // default table could not pass.
 constexpr std::array<double, 7> chosen{60.0, 150.0, 45.0, 20.0, 70.0, 35.0, 10.0};
+
+// The generator's h_r is the fading of excess attention, which is what the excess-decay estimator measures.
+cal::estimator_options decay() {
+  cal::estimator_options o;
+  o.method = cal::estimator_method::excess_decay;
+  return o;
+}
 
 tr::trace_file generated(std::uint32_t tokens, std::size_t episodes, std::uint32_t layers,
                          const std::array<double, 7>& half_lives) {
@@ -51,7 +59,7 @@ void expect_recovered(const cal::curve_fit& f, double truth, const std::string& 
 
 TEST(Calibration, RecoversChosenHalfLivesWithinTenPercent) {
   const std::vector<tr::trace_file> traces{generated(450, 40, 1, chosen), generated(1700, 24, 1, chosen)};
-  const auto c = cal::estimate(traces);
+  const auto c = cal::estimate(traces, decay());
   ASSERT_EQ(c.regions.size(), 7u);
   const auto defaults = md::default_region_table();
   for (std::size_t r = 0; r < 7; ++r) {
@@ -72,7 +80,7 @@ TEST(Calibration, PerLayerFitsOnAMultiLayerTrace) {
   // Three layers with different amplitudes (0.5, 1, 1.5 x A_r) and sink weights, the same half-lives.
   const std::array<double, 7> half_lives{50.0, 70.0, 40.0, 20.0, 45.0, 30.0, 12.0};
   const std::vector<tr::trace_file> traces{generated(1700, 10, 3, half_lives)};
-  cal::estimator_options o;
+  cal::estimator_options o = decay();
   o.passes = 8;  // keeps the debug build's test short; the fits have settled by then on this trace
   const auto c = cal::estimate(traces, o);
   for (std::size_t r = 0; r < 7; ++r) {
@@ -121,7 +129,7 @@ TEST(Calibration, ExactExponentialTraceIsFittedClosely) {
     f.episodes.push_back(std::move(ep));
   }
   md::region_table base({{"a", 0.5, 0.1, false}, {"b", 0.7, 0.01, false}});
-  cal::estimator_options o;
+  cal::estimator_options o = decay();
   o.sink_positions = 0;
   o.recent_positions = 0;
   const auto c = cal::estimate(std::vector{f}, o, base);
@@ -139,7 +147,7 @@ TEST(Calibration, TooFewSamplesOrEpisodesIsUncalibratedAndKeepsTheDefault) {
   const std::vector<tr::trace_file> traces{generated(450, 3, 1, chosen)};
   const auto defaults = md::default_region_table();
   {
-    const auto c = cal::estimate(traces);  // 3 episodes < min_episodes 4
+    const auto c = cal::estimate(traces, decay());  // 3 episodes < min_episodes 4
     for (std::size_t r = 0; r < 7; ++r) {
       const auto& reg = c.regions[r];
       EXPECT_EQ(reg.fit.status, cal::fit_status::uncalibrated) << reg.name;
@@ -155,7 +163,7 @@ TEST(Calibration, TooFewSamplesOrEpisodesIsUncalibratedAndKeepsTheDefault) {
       EXPECT_EQ(applied.decay_rate(static_cast<md::region_id>(r)), defaults.decay_rate(static_cast<md::region_id>(r)));
   }
   {
-    cal::estimator_options o;
+    cal::estimator_options o = decay();
     o.min_episodes = 2;
     o.min_samples = 1'000'000'000;
     o.passes = 2;
@@ -181,7 +189,7 @@ TEST(Calibration, RegionWithoutTokensIsUncalibrated) {
     f.episodes.push_back(std::move(ep));
   }
   md::region_table base({{"x", 0.5, 0.1, false}, {"y", 0.5, 0.2, false}});
-  const auto c = cal::estimate(std::vector{f}, {}, base);
+  const auto c = cal::estimate(std::vector{f}, decay(), base);
   EXPECT_EQ(c.regions[0].fit.samples, 0u);
   EXPECT_EQ(c.regions[0].fit.status, cal::fit_status::uncalibrated);
   EXPECT_NE(c.regions[0].fit.reason.find("too few samples (0"), std::string::npos) << c.regions[0].fit.reason;

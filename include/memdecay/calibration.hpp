@@ -47,6 +47,7 @@
 #include <variant>
 #include <vector>
 
+#include "memdecay/calibration_intervals.hpp"
 #include "memdecay/config.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/region.hpp"
@@ -120,18 +121,47 @@ struct provenance {
   friend bool operator==(const provenance&, const provenance&) = default;
 };
 
+/// Which quantity the half-life is fitted to (docs/calibration.md, "Two estimators").
+enum class estimator_method : std::uint8_t {
+  /// The default: per token, the intervals between its refreshes (mass at or above `refresh_threshold`), fitted as
+  /// exponential by maximum likelihood under the episode-end truncation (calibration_intervals.hpp). This is the
+  /// quantity MemDecay's clock models: how long after its last refresh a token is needed again.
+  refresh_intervals,
+  /// The decay of mean excess attention with age since the last refresh (weighted least squares on binned means).
+  /// On real models attention fades within a few steps of any reference, so this measures that fading, not how
+  /// long a region stays needed; kept for comparison and for the synthetic generator, whose h_r is a fade.
+  excess_decay,
+};
+
+/// The method's name in calibration files and on the command line.
+[[nodiscard]] inline const char* to_string(estimator_method m) noexcept {
+  return m == estimator_method::excess_decay ? "wls-excess-decay-jackknife" : "refresh-interval-mle-jackknife";
+}
+/// The method called `name` (its file name, or the short names `decay` and `intervals`), if there is one.
+[[nodiscard]] inline std::optional<estimator_method> estimator_method_from_string(std::string_view name) noexcept {
+  if (name == "wls-excess-decay-jackknife" || name == "decay") return estimator_method::excess_decay;
+  if (name == "refresh-interval-mle-jackknife" || name == "intervals") return estimator_method::refresh_intervals;
+  return std::nullopt;
+}
+
 /// How the half-lives were estimated (recorded in the file so results can be reproduced).
 struct estimator_options {
+  estimator_method method = estimator_method::refresh_intervals;  ///< which estimator (the rest says which options)
+  // refresh_intervals only:
+  double refresh_threshold = 32.0;  ///< a row with the token's mass x >= this (uniform units) is a refresh
+  double rearm_threshold = 8.0;     ///< a token is armed for its next refresh once seen below this (<= threshold)
+  std::uint64_t min_intervals = 50;  ///< fewer completed intervals: uncalibrated
+  // excess_decay (and, where said, both):
   std::uint64_t min_samples = 2000;   ///< fewer samples: uncalibrated
   std::uint32_t min_episodes = 4;     ///< fewer contributing episodes: uncalibrated (the interval needs groups)
   double max_ci_ratio = 2.0;          ///< interval upper / lower above this: uncalibrated (too noisy)
   double refresh_ratio = 2.5;         ///< observed > refresh_ratio x predicted mass: a re-reference (age restarts)
-  std::uint32_t sink_positions = 4;   ///< the first positions of every row are left out (attention sinks)
-  std::uint32_t recent_positions = 32;  ///< the newest positions of every row are left out (locality)
-  double min_half_life = 1.0;         ///< the fit searches half-lives in [min, max] steps ...
+  std::uint32_t sink_positions = 4;   ///< both: the first positions of every row are left out (attention sinks)
+  std::uint32_t recent_positions = 32;  ///< both: the newest positions of every row are left out (locality)
+  double min_half_life = 1.0;         ///< both: the fit searches half-lives in [min, max] steps ...
   double max_half_life = 100000.0;    ///< ... and one at either end is "no decay measured" (uncalibrated)
   std::uint32_t passes = 16;          ///< fit / re-detect / rescale passes (the first predicts a flat line)
-  std::uint32_t jackknife_groups = 20;  ///< episode groups for the interval (fewer when there are fewer episodes)
+  std::uint32_t jackknife_groups = 20;  ///< both: episode groups for the interval (fewer with fewer episodes)
   std::uint32_t max_age_bins = 1024;  ///< ages are averaged in bins of ceil((last step + 1) / max_age_bins) steps
   bool per_layer = true;              ///< also fit every layer when the traces carry more than one
   friend bool operator==(const estimator_options&, const estimator_options&) = default;
@@ -142,6 +172,14 @@ struct estimator_options {
     if (min_episodes < 2) return "min_episodes = " + to_text(min_episodes) + " (at least 2: the interval needs groups)";
     if (!(max_ci_ratio > 1.0) || !std::isfinite(max_ci_ratio))
       return "max_ci_ratio = " + to_text(max_ci_ratio) + " (must be finite and > 1)";
+    if (method != estimator_method::excess_decay && method != estimator_method::refresh_intervals)
+      return "method = " + to_text(static_cast<int>(method)) + " (unknown estimator)";
+    if (!(refresh_threshold > 0.0) || !std::isfinite(refresh_threshold))
+      return "refresh_threshold = " + to_text(refresh_threshold) + " (must be finite and > 0)";
+    if (!(rearm_threshold > 0.0) || !(rearm_threshold <= refresh_threshold))
+      return "rearm_threshold = " + to_text(rearm_threshold) + " (must be > 0 and <= refresh_threshold = " +
+             to_text(refresh_threshold) + ")";
+    if (min_intervals < 2) return "min_intervals = " + to_text(min_intervals) + " (at least 2)";
     if (!(refresh_ratio > 1.0) || !std::isfinite(refresh_ratio))
       return "refresh_ratio = " + to_text(refresh_ratio) + " (must be finite and > 1)";
     if (!(min_half_life > 0.0) || !std::isfinite(min_half_life) || !(max_half_life > min_half_life * 4.0) ||
@@ -450,6 +488,189 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
   return {out, full};
 }
 
+// ---- The refresh-interval estimator (estimator_method::refresh_intervals; calibration_intervals.hpp) ----
+
+// Bounds on every position's mass in uniform units (x = m * context) for one channel (0: the layer mean; 1 + l:
+// layer l). Dense rows are exact (lo == hi). A sparse row that lists k < context positions says nothing exact about
+// the others: an engine that stores its top-k entries drops real mass, so an absent entry is only known to lie in
+// [0, the row's smallest recorded entry] (an empty sparse row bounds nothing). Reading it as 0 would turn every old
+// token into a zero sample and every absent step into "not attended" (the reported failure: one region
+// "calibrated" at 5 steps, the others dropped, no warning).
+inline void row_bounds(const trace::attention& a, std::size_t channel, std::vector<double>& lo, std::vector<double>& hi) {
+  const std::size_t n = a.context;
+  lo.assign(n, 0.0);
+  hi.assign(n, 0.0);
+  double absent = 0.0;  // added to hi of every position a sparse row leaves out
+  const std::size_t first = channel == 0 ? 0 : channel - 1, last = channel == 0 ? a.layers.size() : channel;
+  const double w = (channel == 0 ? 1.0 / static_cast<double>(a.layers.size()) : 1.0) * static_cast<double>(n);
+  for (std::size_t l = first; l < last; ++l) {
+    const auto& row = a.layers[l];
+    if (!row.sparse) {
+      for (std::size_t j = 0; j < n; ++j) lo[j] += w * row.mass[j];
+      continue;
+    }
+    const bool partial = row.positions.size() < n;
+    double smallest = std::numeric_limits<double>::infinity();
+    for (float m : row.mass) smallest = std::min(smallest, static_cast<double>(m));
+    const double bound = partial ? w * smallest : 0.0;  // infinite for an empty row: nothing is known
+    absent += bound;
+    for (std::size_t k = 0; k < row.positions.size(); ++k) {
+      lo[row.positions[k]] += w * row.mass[k];
+      hi[row.positions[k]] -= bound;  // listed: exact, undo the absent bound added below (bound finite: k > 0)
+    }
+  }
+  for (std::size_t j = 0; j < n; ++j) hi[j] += lo[j] + absent;
+}
+
+struct interval_data {
+  std::vector<std::vector<intervals::sample>> groups;  // [group]
+  std::vector<std::uint8_t> episode_seen;              // per episode: contributed an interval
+  std::uint64_t samples = 0;
+};
+
+inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_options& o) {
+  switch (f) {
+    case intervals::rate_outcome::ok: return {};
+    case intervals::rate_outcome::too_few: return "no completed refresh intervals";
+    case intervals::rate_outcome::at_min_half_life:
+      return "refreshes faster than the search range (half-life below " + to_text(o.min_half_life) + " steps)";
+    case intervals::rate_outcome::at_max_half_life:
+      return "no decay measured (refresh intervals no shorter than a spread over the episodes' remaining steps: "
+             "half-life beyond " + to_text(o.max_half_life) + " steps)";
+  }
+  return {};
+}
+
+// The rate fit, the jackknife interval and the calibrated/uncalibrated decision for one (channel, region).
+[[nodiscard]] inline curve_fit finish_intervals(const interval_data& d, const estimator_options& o) {
+  curve_fit out;
+  out.samples = d.samples;
+  out.episodes = static_cast<std::uint64_t>(std::count(d.episode_seen.begin(), d.episode_seen.end(), std::uint8_t{1}));
+  const auto none = std::numeric_limits<std::size_t>::max();
+  const auto full = intervals::fit_rate(d.groups, none, o.min_half_life, o.max_half_life);
+  if (full.outcome == intervals::rate_outcome::ok) out.half_life = std::numbers::ln2 / full.lambda;
+  auto refuse = [&](std::string why) {
+    out.status = fit_status::uncalibrated;
+    out.reason = std::move(why);
+    out.half_life_ci.reset();
+    return out;
+  };
+  if (out.samples < o.min_intervals)
+    return refuse("too few refresh intervals (" + to_text(out.samples) + ", the minimum is " + to_text(o.min_intervals) + ")");
+  if (out.episodes < o.min_episodes)
+    return refuse("too few episodes (" + to_text(out.episodes) + ", the minimum is " + to_text(o.min_episodes) + ")");
+  if (full.outcome != intervals::rate_outcome::ok) return refuse(rate_outcome_text(full.outcome, o));
+  // Delete-one-group jackknife on log half-life over the groups that hold intervals (as the excess-decay fit).
+  std::vector<double> leave_out;
+  for (std::size_t k = 0; k < d.groups.size(); ++k) {
+    if (d.groups[k].empty()) continue;
+    const auto f = intervals::fit_rate(d.groups, k, o.min_half_life, o.max_half_life);
+    if (f.outcome != intervals::rate_outcome::ok)
+      return refuse("unstable: leaving out episode group " + to_text(k) + " gives: " + rate_outcome_text(f.outcome, o));
+    leave_out.push_back(std::log(std::numbers::ln2 / f.lambda));
+  }
+  const std::size_t k = leave_out.size();
+  if (k < 2) return refuse("too few episode groups for an interval (" + to_text(k) + ")");
+  double mean = 0;
+  for (double v : leave_out) mean += v;
+  mean /= static_cast<double>(k);
+  double ss = 0;
+  for (double v : leave_out) ss += (v - mean) * (v - mean);
+  const double se = std::sqrt(ss * static_cast<double>(k - 1) / static_cast<double>(k));
+  const double centre = std::log(*out.half_life), half = t975(k - 1) * se;
+  out.half_life_ci = interval{std::exp(centre - half), std::exp(centre + half)};
+  if (!std::isfinite(out.half_life_ci->upper) || out.half_life_ci->upper / out.half_life_ci->lower > o.max_ci_ratio)
+    return refuse("too noisy: 95% interval [" + to_text(out.half_life_ci->lower) + ", " +
+                  to_text(out.half_life_ci->upper) + "] is wider than a factor " + to_text(o.max_ci_ratio));
+  out.status = fit_status::calibrated;
+  return out;
+}
+
+// Every (channel, region) fit of the refresh-interval estimator: one streaming pass over the rows.
+[[nodiscard]] inline std::vector<curve_fit> estimate_intervals(std::span<const trace::trace_file> traces,
+                                                               const estimator_options& o, std::size_t channels,
+                                                               std::size_t regions, std::size_t groups,
+                                                               std::size_t total_episodes) {
+  std::vector<interval_data> data(channels * regions);
+  for (auto& d : data) {
+    d.groups.resize(groups);
+    d.episode_seen.assign(total_episodes, 0);
+  }
+  struct pending {
+    std::size_t slot;  // channel * regions + region
+    double start, prev, end;
+  };
+  std::vector<double> lo, hi;
+  std::size_t episode_index = 0;
+  for (const auto& f : traces) {
+    for (const auto& ep : f.episodes) {
+      const std::size_t group = episode_index % groups;
+      std::vector<region_id> label;
+      std::vector<intervals::interval_tracker> trackers(channels);
+      std::vector<pending> found;
+      step_t last = 0;
+      bool observed = false;
+      for (const auto& ev : ep.events) {
+        if (const auto* s = std::get_if<trace::segment>(&ev)) {
+          label.insert(label.end(), s->tokens, s->region);
+          continue;
+        }
+        const auto* a = std::get_if<trace::attention>(&ev);
+        if (!a) continue;
+        const std::size_t n = a->context;
+        if (n <= std::size_t{o.sink_positions} + o.recent_positions) continue;
+        const std::size_t first = o.sink_positions, end = n - o.recent_positions;
+        for (std::size_t c = 0; c < channels; ++c) {
+          row_bounds(*a, c, lo, hi);
+          trackers[c].observe(a->step, lo, hi, first, end, o.refresh_threshold, o.rearm_threshold,
+                              [&](std::size_t j, double start, double prev, double at) {
+                                found.push_back({c * regions + label[j], start, prev, at});
+                              });
+        }
+        last = a->step;
+        observed = true;
+      }
+      if (observed) {
+        // The window closes at the episode's last observed row: an interval ending later could not have been seen.
+        for (const auto& p : found) {
+          auto& d = data[p.slot];
+          d.groups[group].push_back({p.prev - p.start, p.end - p.start, static_cast<double>(last) - p.start});
+          ++d.samples;
+          d.episode_seen[episode_index] = 1;
+        }
+      }
+      ++episode_index;
+    }
+  }
+  std::vector<curve_fit> fits;
+  fits.reserve(data.size());
+  for (const auto& d : data) fits.push_back(finish_intervals(d, o));
+  return fits;
+}
+
+// The excess-decay estimator fits every row's masses as samples; a sparse row that leaves positions out has no
+// value for them (see row_bounds), so it is refused rather than read as zeros.
+inline void require_dense_rows(std::span<const trace::trace_file> traces) {
+  for (const auto& f : traces)
+    for (const auto& ep : f.episodes) {
+      std::size_t event = 0;
+      for (const auto& ev : ep.events) {
+        if (const auto* a = std::get_if<trace::attention>(&ev))
+          for (std::size_t l = 0; l < a->layers.size(); ++l)
+            if (a->layers[l].sparse && a->layers[l].positions.size() < a->context)
+              memdecay::detail::raise_input(
+                  "calibration (method " + std::string(to_string(estimator_method::excess_decay)) + "): trace '" +
+                  f.label + "' episode '" + ep.name + "' event " + to_text(event) + " (attention at step " +
+                  to_text(a->step) + ") layer " + to_text(l) + ": sparse row lists " +
+                  to_text(a->layers[l].positions.size()) + " of " + to_text(a->context) +
+                  " positions; this estimator fits every position's mass, and the absent ones are unknown (a "
+                  "top-k row is not zero elsewhere): write dense rows, or use the refresh-interval estimator, "
+                  "which bounds absent entries by the row's smallest recorded one");
+        ++event;
+      }
+    }
+}
+
 }  // namespace detail
 
 /// The measured attention against age of one region (over the layer mean), from the final pass: the points
@@ -527,13 +748,16 @@ struct runtime_settings {
   std::vector<detail::curve> model(channels * regions);  // the previous pass's fits (invalid: flat prediction)
   std::vector<curve_fit> fits(channels * regions);
   std::vector<detail::curve_data> data;
+  const bool by_decay = options.method == estimator_method::excess_decay;
+  if (by_decay) detail::require_dense_rows(traces);
+  else fits = detail::estimate_intervals(traces, options, channels, regions, groups, total_episodes);
   std::vector<float> row;
   std::vector<double> ratio, pred;
   // Predictions by integer age, tabled when the ages are few enough (they are the steps of one episode).
   const std::size_t table_ages = std::size_t{last} + 1;
   const bool tabled = table_ages * channels * regions <= (std::size_t{1} << 22);
   std::vector<double> pred_table;
-  for (std::uint32_t pass = 0; pass < options.passes; ++pass) {
+  for (std::uint32_t pass = 0; by_decay && pass < options.passes; ++pass) {
     if (tabled) {
       pred_table.assign(channels * regions * table_ages, 1.0);
       for (std::size_t i = 0; i < channels * regions; ++i)
@@ -633,8 +857,8 @@ struct runtime_settings {
   }
 
   if (profiles) {
-    profiles->assign(regions, {});
-    for (std::size_t r = 0; r < regions; ++r)
+    profiles->assign(regions, {});  // the interval estimator has no curve of mass against age: empty profiles
+    for (std::size_t r = 0; by_decay && r < regions; ++r)
       for (const auto& b : detail::merge(data[r], std::numeric_limits<std::size_t>::max())) {
         (*profiles)[r].age.push_back(b.age);
         (*profiles)[r].mass.push_back(b.mean);

@@ -314,15 +314,33 @@ class reader {
     return true;
   }
 
+  // The estimator's options. Files written before the refresh-interval estimator (method
+  // wls-excess-decay-jackknife) carry exactly the keys they always did; the refresh-interval method adds its three
+  // (required with it, unknown without it), so version 1 still reads every file it ever read.
   bool estimator_of(const json& e, const std::string& path, estimator_options& o) {
-    if (!keys(e, path, {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
-                        "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups",
-                        "max_age_bins", "per_layer"}))
-      return false;
+    if (!e.is_object()) return fail(path, std::string(type_name(e)) + " (must be an object)");
     std::string method;
     if (!string(e, "method", path, method)) return false;
-    if (method != estimator_method)
-      return fail(join(path, "method"), "'" + method + "' (this reader knows '" + std::string(estimator_method) + "')");
+    const auto m = estimator_method_from_string(method);
+    if (!m || method == "decay" || method == "intervals")
+      return fail(join(path, "method"), "'" + method + "' (this reader knows '" +
+                                            std::string(to_string(estimator_method::refresh_intervals)) + "' and '" +
+                                            std::string(to_string(estimator_method::excess_decay)) + "')");
+    o.method = *m;
+    if (*m == estimator_method::excess_decay) {
+      if (!keys(e, path, {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
+                          "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups",
+                          "max_age_bins", "per_layer"}))
+        return false;
+    } else {
+      if (!keys(e, path, {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
+                          "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups",
+                          "max_age_bins", "per_layer", "refresh_threshold", "rearm_threshold", "min_intervals"}) ||
+          !number(e, "refresh_threshold", path, o.refresh_threshold) ||
+          !number(e, "rearm_threshold", path, o.rearm_threshold) ||
+          !unsigned_int(e, "min_intervals", path, o.min_intervals, std::numeric_limits<std::uint64_t>::max()))
+        return false;
+    }
     return unsigned_int(e, "min_samples", path, o.min_samples, std::numeric_limits<std::uint64_t>::max()) &&
            small_uint(e, "min_episodes", path, o.min_episodes) && number(e, "max_ci_ratio", path, o.max_ci_ratio) &&
            number(e, "refresh_ratio", path, o.refresh_ratio) && small_uint(e, "sink_positions", path, o.sink_positions) &&
@@ -332,10 +350,6 @@ class reader {
            small_uint(e, "max_age_bins", path, o.max_age_bins) && boolean(e, "per_layer", path, o.per_layer);
   }
 
- public:
-  static constexpr std::string_view estimator_method = "wls-excess-decay-jackknife";
-
- private:
   std::string error_;
 };
 
@@ -447,7 +461,7 @@ inline json fit_to_json(const curve_fit& f) {
                      {"synthetic", c.source.synthetic},
                      {"traces", std::move(traces)}};
   const auto& o = c.estimator;
-  j["estimator"] = {{"method", detail::reader::estimator_method},
+  j["estimator"] = {{"method", to_string(o.method)},
                     {"min_samples", o.min_samples},
                     {"min_episodes", o.min_episodes},
                     {"max_ci_ratio", o.max_ci_ratio},
@@ -460,6 +474,11 @@ inline json fit_to_json(const curve_fit& f) {
                     {"jackknife_groups", o.jackknife_groups},
                     {"max_age_bins", o.max_age_bins},
                     {"per_layer", o.per_layer}};
+  if (o.method != estimator_method::excess_decay) {
+    j["estimator"]["refresh_threshold"] = o.refresh_threshold;
+    j["estimator"]["rearm_threshold"] = o.rearm_threshold;
+    j["estimator"]["min_intervals"] = o.min_intervals;
+  }
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -21,6 +21,7 @@
 
 #include <memdecay/calibration.hpp>
 #include <memdecay/calibration_file.hpp>
+#include <memdecay/calibration_selftest.hpp>
 #include <memdecay/trace.hpp>
 #include <memdecay/trace_generator.hpp>
 #include <memdecay/version.hpp>
@@ -52,6 +53,9 @@ struct options {
   double alpha = 1.0, tau = 2.0;
   // Estimator.
   cal::estimator_options est;
+  std::string method = "intervals";
+  std::size_t self_test = 0;  // replicates; 0: calibrate
+  bool sparse_top_k = false;
   bool no_per_layer = false;
 };
 
@@ -103,6 +107,8 @@ std::string interval_text(const std::optional<cal::interval>& ci) {
 }
 
 void print_summary(const cal::calibration& c, const md::region_table& base) {
+  // samples: (token, row) samples for the excess-decay fit, completed refresh intervals for the interval fit; floor
+  // and amplitude belong to the excess-decay curve only.
   std::printf("| region | status | half-life | 95%% interval | decay rate | floor | amplitude | samples | episodes | "
               "default half-life | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
   for (const auto& r : c.regions) {
@@ -110,8 +116,8 @@ void print_summary(const cal::calibration& c, const md::region_table& base) {
     const double def = base[*base.find(r.name)].half_life();
     std::printf("| %s | %s | %s | %s | %.6f | %s | %s | %llu | %llu | %s | %s |\n", r.name.c_str(),
                 cal::to_string(f.status), r.calibrated() ? fixed(*f.half_life).c_str() : "-",
-                interval_text(f.half_life_ci).c_str(), r.decay_rate, r.calibrated() ? fixed(*f.floor, 3).c_str() : "-",
-                r.calibrated() ? fixed(*f.amplitude, 3).c_str() : "-", static_cast<unsigned long long>(f.samples),
+                interval_text(f.half_life_ci).c_str(), r.decay_rate, f.floor ? fixed(*f.floor, 3).c_str() : "-",
+                f.amplitude ? fixed(*f.amplitude, 3).c_str() : "-", static_cast<unsigned long long>(f.samples),
                 static_cast<unsigned long long>(f.episodes), fixed(def).c_str(),
                 r.calibrated() ? "fitted" : ("default kept: " + f.reason).c_str());
   }
@@ -204,8 +210,79 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
   if (!out) throw md::input_error("--plot: cannot write '" + path + "'");
 }
 
+// --self-test N: bias and 95%-interval coverage of both estimators on N seeded synthetic traces with known answers
+// (calibration_selftest.hpp), the measurement docs/calibration.md reports. --seed picks the first seed; the
+// estimator options given on the command line apply to both.
+int self_test(const options& o) {
+  namespace st = cal::selftest;
+  st::synthetic_config c;
+  std::printf("memdecay-calibrate --self-test %zu --seed %llu: %u episodes x %u steps x %u tokens/step per trace, "
+              "continue probability %.2f, log-normal noise sigma %.2f%s\n\n",
+              o.self_test, static_cast<unsigned long long>(o.seed), c.episodes, c.steps, c.tokens_per_step,
+              c.continue_probability, c.noise_sigma, o.sparse_top_k ? ", rows stored top-64 sparse" : "");
+  std::printf("| estimator | region | true half-life | calibrated | mean fitted | bias | rmse | 95%% coverage |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|\n");
+  for (auto method : {cal::estimator_method::refresh_intervals, cal::estimator_method::excess_decay}) {
+    auto est = o.est;
+    est.method = method;
+    if (o.sparse_top_k && method == cal::estimator_method::excess_decay) continue;  // refused: needs dense rows
+    const auto t0 = std::chrono::steady_clock::now();
+    st::report r;
+    if (o.sparse_top_k) {
+      // The same measurement with every row stored as its 64 largest entries (the sparse-trace report).
+      r = st::report{};
+      r.replicates = o.self_test;
+      st::synthetic_config cc = c;
+      std::vector<md::region_params> params;
+      for (const auto& n : cc.names) params.push_back({n, 1.0, 0.01, false});
+      const md::region_table base(params);
+      r.regions.resize(cc.names.size());
+      for (std::size_t k = 0; k < o.self_test; ++k) {
+        const std::vector<tr::trace_file> traces{st::keep_top_k(st::build(cc, o.seed + k), 64)};
+        const auto res = cal::estimate(traces, est, base);
+        for (std::size_t i = 0; i < cc.names.size(); ++i) {
+          auto& rr = r.regions[i];
+          rr.name = cc.names[i];
+          rr.truth = cc.refresh_half_life[i];
+          const auto& f = res.regions[i].fit;
+          if (f.status != cal::fit_status::calibrated) continue;
+          ++rr.calibrated;
+          rr.mean_half_life += *f.half_life;
+          rr.rmse += (*f.half_life / rr.truth - 1) * (*f.half_life / rr.truth - 1);
+          rr.covered += f.half_life_ci->lower <= rr.truth && rr.truth <= f.half_life_ci->upper;
+        }
+      }
+      for (auto& rr : r.regions) {
+        if (!rr.calibrated) continue;
+        rr.mean_half_life /= static_cast<double>(rr.calibrated);
+        rr.bias = rr.mean_half_life / rr.truth - 1;
+        rr.rmse = std::sqrt(rr.rmse / static_cast<double>(rr.calibrated));
+        rr.coverage = static_cast<double>(rr.covered) / static_cast<double>(rr.calibrated);
+        r.calibrated += rr.calibrated;
+        r.covered += rr.covered;
+      }
+    } else {
+      r = st::measure(c, est, o.self_test, o.seed);
+    }
+    for (const auto& rr : r.regions)
+      std::printf("| %s | %s | %.0f | %zu/%zu | %.2f | %+.1f%% | %.1f%% | %.3f |\n", cal::to_string(method),
+                  rr.name.c_str(), rr.truth, rr.calibrated, r.replicates, rr.mean_half_life, 100 * rr.bias,
+                  100 * rr.rmse, rr.coverage);
+    std::printf("| %s | all | | %zu/%zu | | | | %.3f |\n", cal::to_string(method), r.calibrated,
+                r.replicates * r.regions.size(), r.coverage());
+    std::fprintf(stderr, "%s: %.1f s\n", cal::to_string(method),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 0;
+}
+
 int run(options& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (o.self_test) {
+    o.est.per_layer = !o.no_per_layer;
+    o.est.validate();
+    return self_test(o);
+  }
   if (!o.plot_path.empty() && std::filesystem::path(o.plot_path).extension() != ".svg")
     throw md::input_error("--plot '" + o.plot_path + "': only SVG output is supported (give a path ending in .svg)");
   if (o.traces.empty() && !o.generate)
@@ -214,6 +291,8 @@ int run(options& o) {
     throw md::input_error("--half-life sets the generator's model: it needs --generate");
   cal::runtime_settings settings{parse_mode(o.normalization), o.alpha, o.tau};
   o.est.per_layer = !o.no_per_layer;
+  if (auto m = cal::estimator_method_from_string(o.method)) o.est.method = *m;
+  else throw md::input_error("--method '" + o.method + "': expected intervals or decay");
   o.est.validate();
 
   std::vector<tr::trace_file> files;
@@ -306,7 +385,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--alpha", o.alpha, "Runtime alpha (recorded, not fitted)")->capture_default_str();
   app.add_option("--tau", o.tau, "Runtime tau (recorded, not fitted)")->capture_default_str();
-  app.add_option("--min-samples", o.est.min_samples, "Fewer samples: uncalibrated")->capture_default_str();
+  app.add_option("--method", o.method,
+                 "intervals: fit the time between a token's refreshes (what MemDecay's clock models; the default); "
+                 "decay: fit the fading of mean excess attention with age (docs/calibration.md)")
+      ->capture_default_str();
+  app.add_option("--refresh-threshold", o.est.refresh_threshold,
+                 "intervals: a token's mass at or above this (uniform units: mass x context) is a refresh")
+      ->capture_default_str();
+  app.add_option("--rearm-threshold", o.est.rearm_threshold,
+                 "intervals: a token seen below this is armed for its next refresh (its interval starts)")
+      ->capture_default_str();
+  app.add_option("--min-intervals", o.est.min_intervals, "intervals: fewer completed intervals: uncalibrated")
+      ->capture_default_str();
+  app.add_option("--min-samples", o.est.min_samples, "decay: fewer samples: uncalibrated")->capture_default_str();
   app.add_option("--min-episodes", o.est.min_episodes, "Fewer episodes: uncalibrated")->capture_default_str();
   app.add_option("--max-ci-ratio", o.est.max_ci_ratio, "A 95% interval wider than this factor: uncalibrated")
       ->capture_default_str();
@@ -320,6 +411,13 @@ int main(int argc, char** argv) {
   app.add_option("--passes", o.est.passes, "Fit / re-detect / rescale passes")->capture_default_str();
   app.add_option("--jackknife-groups", o.est.jackknife_groups, "Episode groups for the interval")->capture_default_str();
   app.add_flag("--no-per-layer", o.no_per_layer, "Fit the layer mean only");
+  app.add_option("--self-test", o.self_test,
+                 "Measure both estimators' bias and 95% coverage on N seeded synthetic traces with known half-lives "
+                 "(--seed: the first seed) instead of calibrating")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
+  app.add_flag("--self-test-top-k", o.sparse_top_k,
+               "With --self-test: store every synthetic row as its 64 largest entries (refresh-interval estimator only)");
   app.set_version_flag("--version", std::string(md::version_string));
   app.footer(
       "Exit status: 0 on success, 1 on bad input (missing or malformed trace, invalid option value), 2+ on "
