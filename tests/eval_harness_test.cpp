@@ -23,6 +23,7 @@
 #include <memdecay/trace.hpp>
 
 #include "../tools/eval/episodes.hpp"
+#include "../tools/eval/bootstrap.hpp"
 #include "../tools/eval/harness.hpp"
 
 namespace ev = memdecay_eval;
@@ -604,3 +605,187 @@ TEST(EvalEngine, SmallModelEndToEnd) {
   for (const auto& cell : r[0].cells) EXPECT_LE(cell.total().recalled, cell.total().probes);
 }
 #endif
+
+// --- the oracle (tools/eval/oracle.hpp) ------------------------------------------------------------------------
+
+namespace {
+
+// A random tiny residency problem: few evictable pages, so the brute force stays small.
+ev::oracle::problem tiny_problem(std::uint64_t seed) {
+  lcg rng{seed * 104729 + 7};
+  ev::oracle::problem pr;
+  pr.page_size = std::size_t{1} << rng.next(3);  // 1, 2, 4
+  const std::uint32_t tokens = pr.page_size == 1 ? 6 + rng.next(5) : 8 + rng.next(9);
+  std::uint32_t at = 0;
+  while (at < tokens) {
+    at = std::min(tokens, at + 1 + rng.next(3));
+    pr.step_end.push_back(at);
+  }
+  const std::size_t pages = (tokens + pr.page_size - 1) / pr.page_size;
+  pr.pinned.assign(pages, 0);
+  if (rng.next(3) == 0) pr.pinned[0] = 1;
+  pr.sink_pages = rng.next(4) == 0 ? 1 : 0;
+  pr.recent_tokens = rng.next(3);
+  pr.budget_tokens = pr.page_size * (1 + rng.next(static_cast<std::uint32_t>(pages)));
+  const std::size_t needs = 2 + rng.next(5);
+  for (std::size_t n = 0; n < needs; ++n) {
+    const std::size_t time = rng.next(static_cast<std::uint32_t>(pr.steps()));
+    const std::uint32_t len = 1 + rng.next(2);
+    if (pr.step_end[time] < len) continue;
+    const std::uint32_t first = rng.next(pr.step_end[time] - len + 1);
+    pr.needs.push_back({time, first, len, 1 + rng.next(3), n % 2 == 0 ? static_cast<long>(n) : -1});
+  }
+  return pr;
+}
+
+}  // namespace
+
+TEST(EvalOracle, EqualsTheBruteForceOptimumOnTinyProblems) {
+  std::size_t binding = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    const auto pr = tiny_problem(seed);
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", page " + std::to_string(pr.page_size));
+    const auto exact = ev::oracle::solve(pr);
+    const auto brute = ev::oracle::brute_force(pr);
+    EXPECT_EQ(exact.value, brute.value);
+    ev::oracle::solution check;
+    EXPECT_TRUE(ev::oracle::evaluate(pr, exact.departure, check));  // the plan fits every step
+    EXPECT_EQ(check.value, exact.value);
+    std::uint64_t all = 0;
+    for (const auto& n : pr.needs) all += n.weight;
+    binding += exact.value < all ? 1 : 0;
+  }
+  EXPECT_GT(binding, 50u);  // the budget really binds in many of them
+}
+
+TEST(EvalOracle, FindsTheInlineRereadsInTheTokens) {
+  ev::episode ep;
+  // BOS, marker, fact (40, 200) at 2-3, filler, then `query 40 200` at 6-8
+  ep.tokens = {1, 8, 40, 200, 300, 301, 2, 40, 200, 302};
+  const std::vector<std::uint32_t> step_end{4, 5, 6, 7, 8, 9, 10};
+  const auto needs = ev::oracle::episode_needs(ep, step_end, std::vector<std::vector<std::size_t>>(7), 2);
+  ASSERT_EQ(needs.size(), 1u);
+  EXPECT_EQ(needs[0].first, 2u);
+  EXPECT_EQ(needs[0].length, 2u);
+  EXPECT_EQ(needs[0].time, 3u);  // the key (position 7) is read in step 4: the fact must survive step 3
+  EXPECT_EQ(needs[0].probe, -1);
+}
+
+TEST(EvalOracle, IsNeverBeatenOnSurvivalAndMatchesItsOwnPlan) {
+  const auto f = ev::parse_episodes(make_file(4), "t.json");
+  ev::eval_settings s;
+  for (std::size_t page : {std::size_t{16}, std::size_t{1}}) {
+    auto configs = every_config({page}, s);
+    configs.push_back({ev::oracle_kind(), page});
+    const auto r = run(f, configs, s, 2);
+    const std::size_t oracle = configs.size() - 1;
+    for (std::size_t b = 0; b < s.budgets.size(); ++b) {
+      const auto& best = r[0].cells[oracle * s.budgets.size() + b];
+      EXPECT_EQ(best.budget_violations, 0u);
+      for (std::size_t c = 0; c + 1 < configs.size(); ++c)
+        for (std::size_t e = 0; e < r[0].episodes.size(); ++e) {
+          SCOPED_TRACE(configs[c].label() + " budget " + std::to_string(s.budgets[b]) + " episode " + std::to_string(e));
+          EXPECT_GE(r[0].episodes[e].cells[oracle * s.budgets.size() + b].total().survived,
+                    r[0].episodes[e].cells[c * s.budgets.size() + b].total().survived);
+        }
+      // The harness's survival is the solver's: the evictor followed the plan.
+      for (std::size_t e = 0; e < f.episodes.size(); ++e) {
+        const auto sch = ev::make_schedule(f.episodes[e], s.prefill_chunk);
+        std::vector<std::uint32_t> ends;
+        for (const auto& st : sch.steps) ends.push_back(st.end());
+        const auto plan = ev::oracle::solve(ev::oracle::make_problem(
+            f.episodes[e], ends, sch.probes_after, f.vocab.query, page,
+            ev::budget_of(s.budgets[b], f.episodes[e].tokens.size()), s.protection, md::default_region_table()));
+        EXPECT_EQ(r[0].episodes[e].cells[oracle * s.budgets.size() + b].total().survived, plan.probes_served);
+      }
+    }
+  }
+}
+
+TEST(EvalHarness, RunsAForeignEpisodeFileWrittenFromTheSchemaAlone) {
+  // Another generator's shape: no family, extra keys the schema does not name, segments in another order, facts
+  // re-read inline, probes at the very end only.
+  json ep;
+  std::vector<int> tokens{1, 8};
+  json segments = json::array(), probes = json::array();
+  auto segment = [&](const char* region, int marker, bool generated, std::uint32_t length, std::vector<int> facts) {
+    const auto first = static_cast<std::uint32_t>(tokens.size() == 2 ? 0 : tokens.size());
+    if (first != 0) tokens.push_back(marker);
+    std::uint32_t k = 0;
+    while (tokens.size() < first + length) {
+      if (k < facts.size() && tokens.size() + 2 <= first + length) {
+        probes.push_back({{"at", 0}, {"key", facts[k]}, {"answer", 192 + k}, {"region", region},
+                          {"fact_first", tokens.size()}, {"fact_length", 2}, {"planted_at", tokens.size() + 2}});
+        tokens.push_back(facts[k]);
+        tokens.push_back(192 + static_cast<int>(k));
+        ++k;
+      } else {
+        tokens.push_back(300 + static_cast<int>(tokens.size() % 100));
+      }
+    }
+    segments.push_back({{"region", region}, {"first", first}, {"length", length}, {"generated", generated},
+                        {"note", "ignored"}});
+  };
+  segment("system", 8, false, 24, {40});
+  segment("retrieval", 13, false, 80, {41, 42});
+  segment("scratchpad", 14, true, 20, {43});
+  segment("tool_in", 11, true, 10, {});
+  const std::uint32_t reread = static_cast<std::uint32_t>(tokens.size()) + 30;  // `query 41 value` in tool_out
+  segment("tool_out", 12, false, 90, {44});
+  tokens[reread] = 2;
+  tokens[reread + 1] = 41;
+  tokens[reread + 2] = 193;
+  segment("user", 10, false, 40, {45});
+  for (auto& p : probes) p["at"] = tokens.size();
+  ep = {{"tokens", tokens}, {"segments", segments}, {"probes", probes}, {"author", "someone else"}};
+  const json file{{"format", "memdecay-episodes"}, {"version", 1}, {"tier", 264}, {"seed", 7},
+                  {"vocab_layout", test_vocab()}, {"episodes", json::array({ep, ep})}, {"generator", "hand-written"}};
+  const auto path = std::filesystem::temp_directory_path() / "memdecay-foreign-episodes.json";
+  std::ofstream(path) << file.dump();
+  const auto f = ev::read_episodes(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(f.label(), "tier-264");
+  ev::eval_settings s;
+  s.budgets = {0.25, 0.5};
+  auto configs = every_config({16, 1}, s);
+  configs.push_back({ev::oracle_kind(), 16});
+  configs.push_back({ev::oracle_kind(), 1});
+  const auto r = run(f, configs, s, 2);
+  for (std::size_t c = 0; c < configs.size(); ++c)
+    for (std::size_t b = 0; b < s.budgets.size(); ++b) {
+      const auto& cell = r[0].cells[c * s.budgets.size() + b];
+      SCOPED_TRACE(configs[c].label());
+      EXPECT_EQ(cell.budget_violations, 0u);
+      EXPECT_EQ(cell.total().probes, 2 * probes.size());
+      const std::size_t oracle = configs.size() - (configs[c].page_size == 16 ? 2 : 1);
+      EXPECT_LE(cell.total().survived, r[0].cells[oracle * s.budgets.size() + b].total().survived);
+    }
+}
+
+// --- the bootstrap (tools/eval/bootstrap.hpp) ------------------------------------------------------------------
+
+TEST(EvalBootstrap, IsDeterministicForASeedAndPaired) {
+  namespace st = ev::stats;
+  const st::strata a{{{3, 10}, {5, 10}, {9, 12}, {1, 8}}, {{7, 9}, {2, 9}, {4, 4}}};
+  st::strata b = a;
+  b[0][1].hits += 3;
+  b[1][0].hits -= 2;
+  const auto x = st::bootstrap(b, &a), y = st::bootstrap(b, &a);
+  EXPECT_EQ(x.lower, y.lower);
+  EXPECT_EQ(x.upper, y.upper);
+  const auto z = st::bootstrap(b, &a, {.resamples = 2000, .seed = 99});
+  EXPECT_NE(x.lower == z.lower && x.upper == z.upper, true);
+  EXPECT_LE(x.lower, x.estimate);
+  EXPECT_GE(x.upper, x.estimate);
+  EXPECT_NEAR(x.estimate, 28.0 / 62.0 - 27.0 / 62.0 + 0.0, 1e-12);  // pooled over strata: one more hit in 62 probes
+  const auto same = st::bootstrap(a, &a);
+  EXPECT_EQ(same.lower, 0.0);
+  EXPECT_EQ(same.upper, 0.0);
+  EXPECT_TRUE(same.contains_zero());
+  const auto alone = st::bootstrap(a);
+  EXPECT_NEAR(alone.estimate, 31.0 / 62.0, 1e-12);
+  EXPECT_LT(alone.lower, alone.estimate);
+  EXPECT_GT(alone.upper, alone.estimate);
+  const st::strata uneven{{{1, 2}}};
+  EXPECT_THROW((void)st::bootstrap(uneven, &a), std::invalid_argument);
+}

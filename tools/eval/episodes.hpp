@@ -100,8 +100,13 @@ struct episode_file {
     for (const auto& e : episodes) n += e.tokens.size();
     return n;
   }
-  /// "tier-450".
-  [[nodiscard]] std::string label() const { return "tier-" + std::to_string(tier); }
+  /// The optional "family" key ("need-aligned" for python/episodes.py's need-aligned files; empty when absent).
+  std::string family;
+
+  /// "tier-450", or "<family>-450" for a file that names its family (other than "control").
+  [[nodiscard]] std::string label() const {
+    return (family.empty() || family == "control" ? std::string("tier") : family) + "-" + std::to_string(tier);
+  }
 };
 
 namespace detail {
@@ -212,6 +217,7 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
   if (version != 1) r.fail("version", "unsupported version " + std::to_string(version) + " (this reader reads version 1)");
   f.tier = static_cast<int>(r.integer(j, "", "tier", 1, 1 << 24));
   f.seed = static_cast<std::uint64_t>(r.integer(j, "", "seed", 0, std::numeric_limits<std::int64_t>::max()));
+  if (j.contains("family")) f.family = r.string(j, "", "family");
   f.vocab = detail::parse_vocab(r, r.field(j, "", "vocab_layout"), "vocab_layout");
   const int extent = vocab_extent(f.vocab);
   const auto table = memdecay::default_region_table();

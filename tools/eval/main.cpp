@@ -50,6 +50,7 @@ struct options {
   std::string data_dir = MEMDECAY_EVAL_DATA_DIR;
   std::vector<std::string> models{"small", "large"};
   std::vector<int> tiers{450, 1700};
+  std::vector<std::string> families{"control"};
   std::vector<std::string> episode_files;
   std::size_t episodes = 0;
   std::vector<double> budgets{0.25, 0.5, 0.75};
@@ -78,14 +79,16 @@ ev::memdecay_options catalogue(const options& o) {
   return c;
 }
 
-// The README demo: the small model, the 450-token tier, the tightest budget, MemDecay against recency, H2O and
-// TOVA, on the 8 episodes of the committed file.
+// The README demo: the small model, the need-aligned 450-token tier, the tightest budget, MemDecay against
+// recency, the faithful H2O and TOVA, and the oracle, on the 8 episodes of the committed file.
 void apply_quick(options& o, const CLI::App& app) {
   if (app.count("--models") == 0) o.models = {"small"};
   if (app.count("--tiers") == 0 && o.episode_files.empty()) o.tiers = {450};
   if (app.count("--budgets") == 0) o.budgets = {0.25};
+  if (app.count("--families") == 0 && o.episode_files.empty()) o.families = {"need-aligned"};
   if (app.count("--policies") == 0)
-    o.policies = {"memdecay-none", "memdecay-uniform", "memdecay-lifetime", "streaming_llm-unpinned", "h2o", "tova"};
+    o.policies = {"memdecay-none", "memdecay-lifetime", "memdecay-zscore", "streaming_llm-unpinned", "h2o", "tova",
+                  "oracle"};
   if (app.count("--page-sizes") == 0) o.page_sizes = {16};
   if (app.count("--episodes") == 0) o.episodes = 8;
 }
@@ -348,8 +351,13 @@ int run(options& o) {
   if (!o.episode_files.empty()) {
     for (const auto& p : o.episode_files) files.push_back(ev::read_episodes(p));
   } else {
-    for (int t : o.tiers)
-      files.push_back(ev::read_episodes(std::filesystem::path(o.data_dir) / ("episodes-" + std::to_string(t) + ".json")));
+    for (const auto& family : o.families)
+      for (int t : o.tiers) {
+        if (family != "control" && family != "need-aligned")
+          throw std::runtime_error("unknown episode family '" + family + "' (known: control, need-aligned)");
+        const std::string stem = family == "control" ? "episodes-" : "episodes-need-";
+        files.push_back(ev::read_episodes(std::filesystem::path(o.data_dir) / (stem + std::to_string(t) + ".json")));
+      }
   }
   for (const auto& f : files)
     for (double b : o.budgets)
@@ -693,9 +701,9 @@ int main(int argc, char** argv) {
       "with the full cache as the ceiling. docs/eval.md.",
       "memdecay-eval"};
   app.add_flag("--quick", o.quick,
-               "The README demo: small model, 450-token tier, budget 25%, MemDecay (none, uniform, lifetime) against "
-               "StreamingLLM (unpinned, as its source), H2O and TOVA, 8 episodes (options given explicitly still "
-               "apply)");
+               "The README demo: small model, need-aligned 450-token tier, budget 25%, MemDecay (none, lifetime, "
+               "zscore) against StreamingLLM (unpinned, as its source), H2O (half the budget recent, as its source), "
+               "TOVA and the oracle, 8 episodes (options given explicitly still apply)");
   app.add_option("--data-dir", o.data_dir, "Where models/<name>/model.safetensors and episodes-<tier>.json are")
       ->capture_default_str()
       ->type_name("DIR");
@@ -703,6 +711,11 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--tiers", o.tiers, "Tiers: episodes-<tier>.json under --data-dir")->delimiter(',')->capture_default_str();
+  app.add_option("--families", o.families,
+                 "Episode families under --data-dir: control (episodes-<tier>.json: probe times independent of the "
+                 "region) and need-aligned (episodes-need-<tier>.json: each region's own future need)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--episodes-file", o.episode_files, "Episode files instead of --tiers (docs/eval.md)")
       ->type_name("FILE")
       ->delimiter(',');

@@ -9,8 +9,8 @@
 // probe, or an inline re-read `query key value` of an earlier fact) is served when every page of its fact is
 // resident at its time. We solve it exactly as a 0-1 integer program (GLPK's branch-and-cut, `glp_intopt`):
 //
-//   y[p][k] = 1: page p stays resident through t_k, the k-th distinct time after its protection ends at which a
-//             need touches it (y[p][k] >= y[p][k+1]: an evicted page never returns; staying past the last need
+//   y[p][k] = 1: page p stays resident through t_k, the k-th distinct time at or after its protection's end at
+//             which a need touches it (y[p][k] >= y[p][k+1]: an evicted page never returns; staying past the last need
 //             it serves never helps);
 //   capacity:  for every step i, the unprotected full pages resident at i fit floor((B - protected tokens(i)) / P)
 //              (protected: pinned, sink, partial and recent pages, which the evictor never takes);
@@ -81,11 +81,12 @@ struct problem {
     if (recent_tokens >= len) return true;
     return p >= (len - recent_tokens) / page_size;
   }
-  /// The last step after which page p is protected (protection is a prefix of its life; steps() - 1 if always).
-  [[nodiscard]] std::size_t protected_until(std::size_t p) const noexcept {
-    if (pinned[p] || p < sink_pages) return steps() - 1;
+  /// The first step after which page p is no longer protected (protection is a prefix of its life, possibly
+  /// empty: a page that arrives full and old can go in the step that brought it); steps() if it never ends.
+  [[nodiscard]] std::size_t protected_end(std::size_t p) const noexcept {
+    if (pinned[p] || p < sink_pages) return steps();
     std::size_t i = arrival(p);
-    while (i + 1 < steps() && is_protected(p, i + 1)) ++i;
+    while (i < steps() && is_protected(p, i)) ++i;
     return i;
   }
   /// Tokens of page p resident after step i (0 before its arrival).
@@ -95,8 +96,8 @@ struct problem {
   }
 };
 
-/// A plan: per page the last step after which it is resident (`forever` for pages never evicted), and per need
-/// whether it is served.
+/// A plan: per page the first step after which it is no longer resident (`forever` for pages never evicted), and
+/// per need whether it is served.
 struct solution {
   static constexpr std::size_t forever = std::numeric_limits<std::size_t>::max();
   std::vector<std::size_t> departure;
@@ -109,11 +110,11 @@ struct solution {
 inline bool evaluate(const problem& pr, std::span<const std::size_t> departure, solution& out) {
   const std::size_t S = pr.steps(), P = pr.pages();
   for (std::size_t p = 0; p < P; ++p)
-    if (departure[p] != solution::forever && departure[p] < pr.protected_until(p)) return false;
+    if (departure[p] != solution::forever && departure[p] < pr.protected_end(p)) return false;
   for (std::size_t i = 0; i < S; ++i) {
     std::uint64_t resident = 0, forced = 0;
     for (std::size_t p = 0; p < P && p * pr.page_size < pr.step_end[i]; ++p) {
-      if (departure[p] != solution::forever && departure[p] < i) continue;
+      if (departure[p] != solution::forever && departure[p] <= i) continue;
       const std::uint64_t t = pr.tokens_of(p, i);
       resident += t;
       if (pr.is_protected(p, i)) forced += t;
@@ -130,7 +131,7 @@ inline bool evaluate(const problem& pr, std::span<const std::size_t> departure, 
     bool ok = true;
     for (std::uint32_t j = nd.first; j < nd.first + nd.length; ++j) {
       const std::size_t p = j / pr.page_size;
-      ok = ok && (departure[p] == solution::forever || departure[p] >= nd.time);
+      ok = ok && (departure[p] == solution::forever || departure[p] > nd.time);
     }
     if (!ok) continue;
     out.served[n] = 1;
@@ -150,15 +151,15 @@ inline std::mutex& glpk_mutex() {  // GLPK keeps a process-wide environment
 /// The exact optimum (0-1 integer program above, solved by GLPK).
 inline solution solve(const problem& pr) {
   const std::size_t S = pr.steps(), P = pr.pages();
-  std::vector<std::size_t> until(P);
-  for (std::size_t p = 0; p < P; ++p) until[p] = pr.protected_until(p);
+  std::vector<std::size_t> until(P);  // protection ends after step until[p] - 1
+  for (std::size_t p = 0; p < P; ++p) until[p] = pr.protected_end(p);
   auto always = [&](std::size_t p) { return pr.pinned[p] || p < pr.sink_pages; };
   // Need times per unprotected page.
   std::vector<std::vector<std::size_t>> times(P);
   for (const auto& nd : pr.needs)
     for (std::uint32_t j = nd.first; j < nd.first + nd.length; ++j) {
       const std::size_t p = j / pr.page_size;
-      if (!always(p) && nd.time > until[p]) times[p].push_back(nd.time);
+      if (!always(p) && nd.time >= until[p]) times[p].push_back(nd.time);
     }
   std::vector<std::vector<int>> col(P);  // GLPK column of y[p][k]
   int ncols = 0;
@@ -198,7 +199,7 @@ inline solution solve(const problem& pr) {
     std::uint64_t forced = 0;
     terms.clear();
     for (std::size_t p = 0; p < P && p * pr.page_size < pr.step_end[i]; ++p) {
-      if (always(p) || i <= until[p]) {
+      if (always(p) || i < until[p]) {
         forced += pr.tokens_of(p, i);
         continue;
       }
@@ -215,7 +216,7 @@ inline solution solve(const problem& pr) {
     std::size_t last = std::numeric_limits<std::size_t>::max();
     for (std::uint32_t j = nd.first; j < nd.first + nd.length; ++j) {
       const std::size_t p = j / pr.page_size;
-      if (p == last || always(p) || nd.time <= until[p]) continue;
+      if (p == last || always(p) || nd.time < until[p]) continue;
       last = p;
       const auto& t = times[p];
       const auto k = static_cast<std::size_t>(std::lower_bound(t.begin(), t.end(), nd.time) - t.begin());
@@ -264,8 +265,8 @@ inline solution solve(const problem& pr) {
     }
     departure[p] = until[p];
     for (std::size_t k = 0; k < col[p].size(); ++k)
-      if (value[static_cast<std::size_t>(col[p][k])] > 0.5) departure[p] = std::max(departure[p], times[p][k]);
-    if (until[p] + 1 >= S) departure[p] = solution::forever;  // protected to the end
+      if (value[static_cast<std::size_t>(col[p][k])] > 0.5) departure[p] = std::max(departure[p], times[p][k] + 1);
+    if (departure[p] >= S) departure[p] = solution::forever;  // resident to the end
   }
   solution out;
   if (!evaluate(pr, departure, out)) throw std::logic_error("oracle: the solver's plan breaks a budget");
@@ -282,11 +283,11 @@ inline solution brute_force(const problem& pr) {
       options[p] = {solution::forever};
       continue;
     }
-    const std::size_t until = pr.protected_until(p);
-    options[p] = {until + 1 >= pr.steps() ? solution::forever : until};
+    const std::size_t until = pr.protected_end(p);
+    options[p] = {until >= pr.steps() ? solution::forever : until};
     for (const auto& nd : pr.needs)
-      if (nd.first / pr.page_size <= p && p <= (nd.first + nd.length - 1) / pr.page_size && nd.time > until)
-        options[p].push_back(nd.time);
+      if (nd.first / pr.page_size <= p && p <= (nd.first + nd.length - 1) / pr.page_size && nd.time >= until)
+        options[p].push_back(nd.time + 1 >= pr.steps() ? solution::forever : nd.time + 1);
   }
   std::vector<std::size_t> pick(P, 0), departure(P);
   solution best, trial;
