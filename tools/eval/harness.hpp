@@ -182,6 +182,44 @@ inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, cons
   return memdecay_tools::policy_catalogue(m, kind_wrapper{});
 }
 
+/// The ablations of MemDecay (name "memdecay-<mode>+<variant>"):
+///   prior-only      alpha 0: the region prior b_r exp(-lambda_r dt) alone (attention still refreshes the clock
+///                   above tau, but adds nothing to the score);
+///   attention-only  every region b_r = 1 and lambda_r = 0: the attention EWMA alone, regions ignored (pinning
+///                   kept, like every policy here);
+///   no-refresh      tau = 1e30: attention never resets a token's decay clock;
+///   recent-half     pages holding the last half of the budget's tokens kept, as H2O keeps its recent window.
+inline const std::vector<std::string>& ablation_variants() {
+  static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half"};
+  return v;
+}
+
+inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
+                                     const memdecay_options& m = {}) {
+  memdecay_options o = m;
+  if (variant == "prior-only") o.alpha = 0.0;
+  else if (variant == "no-refresh") o.tau = 1e30;
+  else if (variant != "attention-only" && variant != "recent-half")
+    throw std::invalid_argument("unknown MemDecay ablation '" + variant + "'");
+  policy_kind k = memdecay_kind(mode, o);
+  k.name += "+" + variant;
+  k.description += "; ablation: " + variant;
+  auto make = k.make;
+  k.make = [make, variant](const md::config& base) {
+    md::config cfg = base;
+    if (variant == "attention-only") {
+      const md::region_table table = cfg.effective_regions();
+      for (const auto& r : table.params())
+        cfg.region_overrides.push_back({.region = r.name, .base_priority = 1.0, .decay_rate = 0.0});
+    }
+    if (variant == "recent-half" && cfg.budget.unit == md::budget_unit::tokens)
+      cfg.protection.recent_tokens =
+          std::max(cfg.protection.recent_tokens, static_cast<std::size_t>(std::floor(cfg.budget.high / 2.0)));
+    return make(cfg);
+  };
+  return k;
+}
+
 /// `kind` with no region pinned (name "<name>-unpinned"): a baseline as its source runs it, without knowing
 /// regions, so the system prompt competes like any other page. (Every policy otherwise runs under the same
 /// evictor with the same pinned regions.)

@@ -312,6 +312,18 @@ int run(options& o) {
         found = true;
         if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; })) chosen.push_back(k);
       }
+    if (!found && name.rfind("memdecay-", 0) == 0 && name.find('+') != std::string::npos) {
+      const std::string mode_name = name.substr(9, name.find('+') - 9), variant = name.substr(name.find('+') + 1);
+      for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform,
+                        md::attention_normalization::lifetime, md::attention_normalization::zscore})
+        if (mode_name == md::to_string(mode) &&
+            std::find(ev::ablation_variants().begin(), ev::ablation_variants().end(), variant) !=
+                ev::ablation_variants().end()) {
+          found = true;
+          if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == name; }))
+            chosen.push_back(ev::memdecay_ablation(mode, variant, catalogue(o)));
+        }
+    }
     if (!found && name.ends_with("-unpinned"))
       for (const auto& k : kinds)
         if (name == k.name + "-unpinned") {
@@ -323,7 +335,8 @@ int run(options& o) {
       std::string names;
       for (const auto& k : kinds) names += " " + k.name;
       throw std::runtime_error("unknown policy '" + name + "' (known: all memdecay baselines" + names +
-                               ", and any of them with -unpinned)");
+                               ", any of them with -unpinned, memdecay-<mode>+<ablation> with ablation prior-only, attention-only, "
+                               "no-refresh or recent-half)");
     }
   }
   std::vector<ev::config_spec> configs;
