@@ -10,7 +10,14 @@
 //
 // calibration_file.hpp reads and writes the versioned JSON file; docs/calibration.md explains the estimator.
 //
-// The estimator, in short (docs/calibration.md has the reasons). Every attention row is put in uniform units
+// Two estimators (estimator_options::method; docs/calibration.md has the reasons and the measured bias and coverage):
+//   refresh_intervals (the default): per token, the intervals between refreshes (mass >= refresh_threshold in
+//     uniform units), from the first row it is seen below rearm_threshold to its next refresh, fitted as exponential
+//     by maximum likelihood truncated at the episode's last row (calibration_intervals.hpp). Sparse rows bound their
+//     absent entries by the row's smallest recorded one (never a refresh, never zeros).
+//   excess_decay: the fading of mean excess attention with age, below; it needs dense rows (input_error otherwise).
+//
+// The excess-decay estimator, in short. Every attention row is put in uniform units
 // (x_j = m_j * context: 1.0 is "as much as uniform attention"). Each token's age is the steps since its last
 // refresh: its arrival, or a re-reference, detected as a row where the token's mass exceeds `refresh_ratio`
 // times what the current fit predicts for it. The sink positions and the newest `recent_positions` tokens of

@@ -52,7 +52,7 @@ struct synthetic_config {
   double floor = 1.0;
   double amplitude = 3.0;
   std::uint32_t prompt_tokens = 128;  ///< tokens prefilled at step 0 (so that re-references stand out from the start)
-  std::uint32_t fact_every = 4;      ///< every this-many-th token is a fact (draws re-references); the rest is filler
+  std::uint32_t fact_every = 8;      ///< every this-many-th token is a fact (draws re-references); the rest is filler
   double burst_level = 100.0;  ///< a re-referenced token's mass in uniform units (mass x context), as a query's ...
   double burst_cap = 0.95;     ///< ... attention concentrates on what it reads; together at most this share of the row
   double noise_sigma = 0.3;  ///< log-normal noise on every weight
