@@ -432,12 +432,13 @@ def main():
     ap.add_argument("--out", default="models")
     ap.add_argument("--seed", type=int, default=1000)
     ap.add_argument("--count", type=int, default=8)
+    ap.add_argument("--tiers", default="450,1700", help="comma-separated context tiers")
     ap.add_argument("--family", choices=["control", "need-aligned", "both"], default="both",
                     help="control: episodes-<tier>.json (probe times independent of the region); need-aligned: "
                          "episodes-need-<tier>.json (probes drawn from each region's lifetime profile)")
     a = ap.parse_args()
     for family in (["control", "need-aligned"] if a.family == "both" else [a.family]):
-        for tier in (450, 1700):
+        for tier in (int(t) for t in a.tiers.split(",")):
             if family == "control":
                 data, path = eval_file(tier, a.seed, a.count), f"{a.out}/episodes-{tier}.json"
             else:

@@ -1,126 +1,253 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Prints the tables of docs/findings.md from memdecay-eval's JSON and memdecay-calibrate's files.
+"""Prints the tables of docs/findings.md from the files tools/eval/protocol writes (BUILD/protocol).
 
-    python3 tools/eval/findings.py full/small.json full/large.json \
-        --calibration small=full/small.calibration.json --calibration large=full/large.calibration.json
+    python3 tools/eval/findings.py build/release/protocol
 
-(docs/findings.md lists the memdecay-eval and memdecay-calibrate commands that write these files.)
+Every interval is the 95% percentile bootstrap over episodes, stratified by tier, with the generator and seed of
+memdecay-eval (tools/eval/bootstrap.hpp: splitmix64, 2000 resamples), so the numbers equal memdecay-eval's own.
+A difference whose interval contains 0 is a tie.
 """
 import argparse
+import glob
 import json
+import os
+
+MASK = (1 << 64) - 1
+SEED = 0x6D656D6465636179
+RESAMPLES = 2000
+REGIONS = ["system", "plan", "user", "tool_in", "tool_out", "retrieval", "scratchpad"]
+DEFAULT_HALF_LIFE = {"system": 170, "plan": 120, "user": 80, "tool_in": 30, "tool_out": 40, "retrieval": 100,
+                     "scratchpad": 15}
+GENERATING_HALF_LIFE = {"system": 400, "plan": 200, "retrieval": 150, "user": 60, "tool_out": 30, "tool_in": 12,
+                        "scratchpad": 8}  # python/episodes.py REGION_HALF_LIFE_STEPS
 
 
-# memdecay::default_region_table()'s half-lives (the paper's: system ~170, measured 148-189; scratchpad ~15).
-DEFAULTS = {"system": 170, "plan": 120, "user": 80, "tool_in": 30, "tool_out": 40, "retrieval": 100, "scratchpad": 15}
+class SplitMix64:
+    def __init__(self, seed):
+        self.s = seed & MASK
+
+    def next(self):
+        self.s = (self.s + 0x9E3779B97F4A7C15) & MASK
+        z = self.s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
 
 
-def pct(k, n):
-    return "-" if not n else f"{100.0 * k / n:.1f}%"
+def quantile(v, q):
+    v = sorted(v)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (pos - lo) * (v[hi] - v[lo])
+
+
+def bootstrap(b, a=None, which=(0, 1)):
+    """b, a: strata (lists per tier) of per-episode [probes, recalled, survived, unpinned probes, unpinned recalled].
+    Returns (estimate, lower, upper) of recall(b) - recall(a) (or of recall(b))."""
+    t, h = which
+
+    def stat(pick):
+        hb = tb = ha = ta = 0
+        for s, eps in enumerate(b):
+            for k in range(len(eps)):
+                e = pick(s, k)
+                hb += b[s][e][h]
+                tb += b[s][e][t]
+                if a is not None:
+                    ha += a[s][e][h]
+                    ta += a[s][e][t]
+        rb = hb / tb if tb else 0.0
+        return rb - ((ha / ta if ta else 0.0) if a is not None else 0.0)
+
+    est = stat(lambda s, k: k)
+    rng = SplitMix64(SEED)
+    reps = [stat(lambda s, k: rng.next() % len(b[s])) for _ in range(RESAMPLES)]
+    return est, quantile(reps, 0.025), quantile(reps, 0.975)
+
+
+class Results:
+    def __init__(self, paths):
+        self.rows = []
+        self.runs = []
+        for p in paths:
+            run = json.load(open(p))
+            tag = os.path.basename(p)[:-5]
+            self.runs.append((tag, run))
+            for r in run["results"]:
+                r["run"] = tag
+                self.rows.append(r)
+
+    def strata(self, run, model, policy, page, budget):
+        out = [r["per_episode"] for r in self.rows
+               if r["run"] == run and r["model"] == model and r["policy"] == policy and r["page_size"] == page
+               and r["budget"] == budget]
+        return out or None
+
+    def pooled(self, run, model, policy, page, budget, key="all"):
+        k = n = 0
+        for r in self.rows:
+            if r["run"] == run and r["model"] == model and r["policy"] == policy and r["page_size"] == page and \
+                    r["budget"] == budget:
+                k += r[key]["recalled"]
+                n += r[key]["probes"]
+        return (k, n) if n else None
+
+    def region(self, run, model, policy, page, budget, region):
+        k = n = 0
+        for r in self.rows:
+            if r["run"] == run and r["model"] == model and r["policy"] == policy and r["page_size"] == page and \
+                    r["budget"] == budget:
+                k += r["regions"][region]["recalled"]
+                n += r["regions"][region]["probes"]
+        return (k, n) if n else None
+
+
+def pct(x):
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def ci(t):
+    return f"{100 * t[0]:.1f} [{100 * t[1]:.1f}, {100 * t[2]:.1f}]"
+
+
+def dci(t):
+    verdict = "tie" if t[1] <= 0 <= t[2] else ("ahead" if t[0] > 0 else "behind")
+    return f"{100 * t[0]:+.1f} [{100 * t[1]:+.1f}, {100 * t[2]:+.1f}] {verdict}"
+
+
+BUDGETS = [0.25, 0.5]
+MODELS = ["small", "large"]
+FAMILIES = [("need", "need-aligned"), ("control", "region-agnostic control")]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("eval_json", nargs="+", help="memdecay-eval --json files (one run, or one per model)")
-    ap.add_argument("--calibration", action="append", default=[], metavar="MODEL=PATH")
+    ap.add_argument("protocol_dir")
     a = ap.parse_args()
-    runs = [json.load(open(p)) for p in a.eval_json]
-    ev = runs[0]
-    rows = [r for run in runs for r in run["results"]]
-    models = [m["name"] for run in runs for m in run["models"]]
-    tiers = [t["label"] for t in ev["tiers"]]
-    budgets = ev["settings"]["budgets"]
-    tight = min(budgets)
+    d = a.protocol_dir
+    res = Results(sorted(glob.glob(os.path.join(d, "runs", "*.json"))))
+    out = []
+    say = out.append
 
-    def cell(model, tier, budget, policy, page=16):
-        for r in rows:
-            if r["model"] == model and r["tier"] == tier and r["budget"] == budget and r["policy"] == policy \
-                    and r["page_size"] == page:
-                return r
-        return None
+    for tag, run in res.runs:
+        say(f"- `{tag}`: {run['probes']} probes, {run['probe_answers']} probe answers, {run['seconds']:.0f} s on "
+            f"{run['threads']} threads")
+    say("")
 
-    def pooled(model, budget, policy, page=16, part="unpinned"):
-        k = n = 0
-        for t in tiers:
-            c = cell(model, t, budget, policy, page)
-            if c:
-                k += c[part]["recalled"]
-                n += c[part]["probes"]
-        return k, n
+    for fam, title in FAMILIES:
+        say(f"### Recall, {title} family (tiers pooled; % [95% CI]; share of the oracle's recall)\n")
+        policies = []
+        for r in res.rows:
+            if r["run"] == fam and r["policy"] != "full" and (r["policy"], r["page_size"]) not in policies:
+                policies.append((r["policy"], r["page_size"]))
+        head = "| policy | page | " + " | ".join(f"{m} {int(b * 100)}%" for m in MODELS for b in BUDGETS) + " |"
+        say(head)
+        say("|---|---:|" + "---:|" * (len(MODELS) * len(BUDGETS)))
+        for pol, page in policies:
+            cells = []
+            for m in MODELS:
+                for b in BUDGETS:
+                    st = res.strata(fam, m, pol, page, b)
+                    orc = res.pooled(fam, m, "oracle", page, b)
+                    if not st:
+                        cells.append("-")
+                        continue
+                    t = bootstrap(st)
+                    share = f"; {100 * t[0] / (orc[0] / orc[1]):.0f}%" if orc and orc[0] else ""
+                    cells.append(ci(t) + share)
+            say(f"| {pol} | {page} | " + " | ".join(cells) + " |")
+        say("")
 
-    for path, run in zip(a.eval_json, runs):
-        print(f"{path}: models {', '.join(m['name'] for m in run['models'])}: {run['probe_answers']} probe answers, "
-              f"{run['probes']} probes ({run['episode_runs']} model x episode runs), {run['seconds']:.0f} s on "
-              f"{run['threads']} threads")
-    print()
+    say("### MemDecay against every faithful baseline at page size 16 (difference in recall points, paired 95% CI)\n")
+    say("MemDecay here is `memdecay-lifetime` with the library's defaults (alpha 1, tau 2); `tuned` is the same mode "
+        "with alpha and tau fitted on the training split, against the baselines with their parameters fitted the "
+        "same way.\n")
+    for fam, title in FAMILIES:
+        say(f"**{title}**\n")
+        say("| baseline | " + " | ".join(f"{m} {int(b * 100)}%" for m in MODELS for b in BUDGETS) + " |")
+        say("|---|" + "---:|" * (len(MODELS) * len(BUDGETS)))
+        baselines = []
+        for r in res.rows:
+            if r["run"] == fam and r["page_size"] == 16 and not r["policy"].startswith("memdecay") and \
+                    r["policy"] not in ("full", "oracle") and r["policy"] not in baselines:
+                baselines.append(r["policy"])
+        for base in baselines:
+            cells = []
+            for m in MODELS:
+                for b in BUDGETS:
+                    x = res.strata(fam, m, "memdecay-lifetime", 16, b)
+                    y = res.strata(fam, m, base, 16, b)
+                    cells.append(dci(bootstrap(x, y)) if x and y else "-")
+            say(f"| {base} | " + " | ".join(cells) + " |")
+        for base in ["h2o", "snapkv", "scissorhands"]:
+            cells = []
+            for m in MODELS:
+                run = f"{fam}-{m}-tuned"
+                for b in BUDGETS:
+                    x = res.strata(run, m, "memdecay-lifetime", 16, b)
+                    y = res.strata(run, m, base, 16, b)
+                    cells.append(dci(bootstrap(x, y)) if x and y else "-")
+            say(f"| tuned MemDecay vs tuned {base} | " + " | ".join(cells) + " |")
+        cells = []
+        for m in MODELS:
+            for b in BUDGETS:
+                x = res.strata(f"{fam}-{m}-calibrated", m, "memdecay-lifetime", 16, b)
+                cells.append(ci(bootstrap(x)) if x else "-")
+        say("| (calibrated + tuned MemDecay's recall) | " + " | ".join(cells) + " |")
+        cells = []
+        for m in MODELS:
+            for b in BUDGETS:
+                x = res.strata(f"{fam}-{m}-tuned", m, "memdecay-lifetime", 16, b)
+                cells.append(ci(bootstrap(x)) if x else "-")
+        say("| (tuned MemDecay's recall) | " + " | ".join(cells) + " |")
+        say("")
 
-    # 1. Half-lives.
-    if a.calibration:
-        cals = {}
-        for spec in a.calibration:
-            name, path = spec.split("=", 1)
-            cals[name] = {r["name"]: r for r in json.load(open(path))["regions"]}
-        names = list(next(iter(cals.values())).keys())
-        print("## Half-lives (steps)\n")
-        print("| region | " + " | ".join(f"{m} (95% CI)" for m in cals) + " | default |")
-        print("|---|" + "---:|" * (len(cals) + 1))
-        for reg in names:
-            out = []
-            for m, c in cals.items():
-                f = c[reg]["fit"]
-                if f["status"] == "calibrated":
-                    lo, hi = f["half_life_ci"]
-                    out.append(f"{f['half_life']:.1f} [{lo:.1f}, {hi:.1f}]")
-                else:
-                    out.append("uncalibrated")
-            print(f"| {reg} | " + " | ".join(out) + f" | {DEFAULTS.get(reg, '')} |")
-        print()
+    say("### Recall per region of the fact, need-aligned family, 25% budget, page 16 (tiers pooled)\n")
+    say("| model | policy | " + " | ".join(REGIONS) + " |")
+    say("|---|---|" + "---:|" * len(REGIONS))
+    for m in MODELS:
+        for pol in ["oracle", "memdecay-lifetime", "memdecay-lifetime+prior-only", "memdecay-none", "h2o", "tova",
+                    "streaming_llm-unpinned", "norm_sum"]:
+            cells = []
+            for g in REGIONS:
+                x = res.region("need", m, pol, 16, 0.25, g)
+                cells.append("-" if not x else f"{100 * x[0] / x[1]:.0f}% ({x[1]})")
+            say(f"| {m} | {pol} | " + " | ".join(cells) + " |")
+    say("")
 
-    # 2. Pinned system probes at the tightest budget.
-    print(f"## System probes recalled at budget {tight:g}\n")
-    pols = ["memdecay-none", "memdecay-uniform", "memdecay-lifetime", "memdecay-zscore", "streaming_llm-unpinned",
-            "h2o-unpinned", "streaming_llm", "h2o", "tova"]
-    print("| model | tier | " + " | ".join(pols) + " | full cache |")
-    print("|---|---|" + "---:|" * (len(pols) + 1))
-    for m in models:
-        for t in tiers:
-            out = []
-            for p in pols:
-                c = cell(m, t, tight, p)
-                out.append("-" if c is None else f"{c['regions']['system']['recalled']}/{c['regions']['system']['probes']}")
-            full = cell(m, t, None, "full")
-            print(f"| {m} | {t} | " + " | ".join(out) +
-                  f" | {full['regions']['system']['recalled']}/{full['regions']['system']['probes']} |")
-    print()
-
-    # 3. Recency across tiers.
-    print("## Recall by tier (all probes / unpinned)\n")
-    pols = ["streaming_llm-unpinned", "streaming_llm", "memdecay-none", "memdecay-uniform", "h2o", "tova"]
-    print("| model | policy | budget | " + " | ".join(tiers) + " |")
-    print("|---|---|---:|" + "---:|" * len(tiers))
-    for m in models:
-        for p in pols:
-            for b in budgets:
-                out = []
-                for t in tiers:
-                    c = cell(m, t, b, p)
-                    out.append("-" if c is None else
-                               f"{pct(c['all']['recalled'], c['all']['probes'])} / "
-                               f"{pct(c['unpinned']['recalled'], c['unpinned']['probes'])}")
-                print(f"| {m} | {p} | {b:g} | " + " | ".join(out) + " |")
-    print()
-
-    # 4-5. Unpinned recall, tiers pooled.
-    print("## Unpinned recall, tiers pooled (page size 16 unless noted)\n")
-    pols = [("h2o", 16), ("memdecay-none", 16), ("memdecay-uniform", 16), ("memdecay-lifetime", 16),
-            ("memdecay-zscore", 16), ("memdecay-none", 1), ("memdecay-uniform", 1), ("streaming_llm", 16),
-            ("tova", 16)]
-    print("| model | budget | " + " | ".join(p if s == 16 else f"{p} (page 1)" for p, s in pols) + " |")
-    print("|---|---:|" + "---:|" * len(pols))
-    for m in models:
-        for b in budgets:
-            out = [pct(*pooled(m, b, p, s)) for p, s in pols]
-            print(f"| {m} | {b:g} | " + " | ".join(out) + " |")
+    tuned = os.path.join(d, "tuned.txt")
+    if os.path.exists(tuned):
+        say("### Parameters chosen on the training split\n")
+        say("```")
+        say("".join(l for l in open(tuned) if l.startswith("best")).rstrip())
+        say("```\n")
+    say("### Calibrated half-lives on the training split's traces (steps; generating profile beside)\n")
+    say("| region | generating | default | " + " | ".join(MODELS) + " |")
+    say("|---|---:|---:|" + "---:|" * len(MODELS))
+    cal = {}
+    for m in MODELS:
+        p = os.path.join(d, f"{m}.calibration.json")
+        if os.path.exists(p):
+            cal[m] = {r["name"]: r for r in json.load(open(p)).get("regions", [])}
+    for g in REGIONS:
+        cells = []
+        for m in MODELS:
+            r = cal.get(m, {}).get(g)
+            fit = (r or {}).get("fit") or {}
+            if not r:
+                cells.append("-")
+            elif fit.get("status") == "calibrated":
+                iv = fit.get("half_life_ci")
+                if isinstance(iv, dict):
+                    iv = [iv.get("lower"), iv.get("upper")]
+                cells.append(f"{fit['half_life']:.1f} [{iv[0]:.1f}, {iv[1]:.1f}]" if iv and iv[0] is not None
+                             else f"{fit['half_life']:.1f}")
+            else:
+                cells.append("uncalibrated (" + str(fit.get("reason", "")).split(";")[0][:40] + ")")
+        say(f"| {g} | {GENERATING_HALF_LIFE[g]} | {DEFAULT_HALF_LIFE[g]} | " + " | ".join(cells) + " |")
+    print("\n".join(out))
 
 
 if __name__ == "__main__":
