@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -20,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memdecay/block_pool.hpp>
 #include <memdecay/trace.hpp>
 
 #include "../tools/eval/episodes.hpp"
@@ -788,4 +791,55 @@ TEST(EvalBootstrap, IsDeterministicForASeedAndPaired) {
   EXPECT_GT(alone.upper, alone.estimate);
   const st::strata uneven{{{1, 2}}};
   EXPECT_THROW((void)st::bootstrap(uneven, &a), std::invalid_argument);
+}
+
+// --- the policy catalogue (tools/common/policy_catalogue.hpp) ---------------------------------------------------
+
+TEST(PolicyCatalogue, RunsEachBaselineWithItsSourcesParameters) {
+  // One hand-built episode at page size 1: 40 tokens of one unpinned region, a budget of 16, attention heavy on a
+  // few early tokens; each baseline's survivors must follow its source's keep rule.
+  using positions = std::vector<std::uint64_t>;
+  auto wrap = [](std::string name, std::string, auto construct) {
+    return std::pair<std::string, std::function<positions()>>(name, [construct] {
+      md::config cfg{.page_size = 1, .budget = md::budget_config::tokens(16)};
+      cfg.protection = {.sink_pages = 0, .recent_tokens = 0};
+      auto seq = construct(cfg);
+      seq.append(md::regions::tool_out, 40);
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> mass(40, 0.005f);
+        for (int heavy : {5, 6, 7, 20}) mass[static_cast<std::size_t>(heavy)] = 0.1f;
+        seq.observe_tokens(mass);
+        seq.advance_to(static_cast<md::step_t>(step + 1));
+      }
+      md::block_pool<> pool(64, 1);
+      pool.open(0);
+      pool.append_tokens(0, 40);
+      seq.commit(seq.select_for_budget(), pool, 0);
+      return seq.positions();
+    });
+  };
+  std::map<std::string, positions> kept;
+  for (const auto& [name, run] : memdecay_tools::policy_catalogue({}, wrap)) kept[name] = run();
+  auto range = [](std::uint64_t a, std::uint64_t b) {
+    positions p;
+    for (auto i = a; i < b; ++i) p.push_back(i);
+    return p;
+  };
+  // StreamingLLM: StartRecentKVCache(start_size=4): the 4 sinks and the 12 most recent.
+  auto streaming = range(0, 4);
+  for (auto p : range(28, 40)) streaming.push_back(p);
+  EXPECT_EQ(kept["streaming_llm"], streaming);
+  // H2O: heavy_ratio = recent_ratio: the 8 most recent and the 8 heaviest of the rest (the 4 heavy hitters, then 4
+  // of the equal light ones).
+  const auto& h2o = kept["h2o"];
+  ASSERT_EQ(h2o.size(), 16u);
+  for (auto p : range(32, 40)) EXPECT_TRUE(std::count(h2o.begin(), h2o.end(), p)) << p;
+  for (std::uint64_t p : {5, 6, 7, 20}) EXPECT_TRUE(std::count(h2o.begin(), h2o.end(), p)) << p;
+  // Scissorhands: the last 10 tokens are kept (the paper's r = 10) and the persistent heavy hitters.
+  const auto& sc = kept["scissorhands"];
+  for (auto p : range(30, 40)) EXPECT_TRUE(std::count(sc.begin(), sc.end(), p)) << p;
+  for (std::uint64_t p : {5, 6, 7, 20}) EXPECT_TRUE(std::count(sc.begin(), sc.end(), p)) << p;
+  // TOVA: the latest observation's heaviest tokens.
+  for (std::uint64_t p : {5, 6, 7, 20}) EXPECT_TRUE(std::count(kept["tova"].begin(), kept["tova"].end(), p)) << p;
+  EXPECT_EQ(kept.size(), 12u);  // 4 MemDecay modes + 8 baselines
 }
