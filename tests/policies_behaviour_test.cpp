@@ -452,3 +452,35 @@ TEST(MemDecayNormalisation, ZscoreIsScaleFreeWhereUniformIsNot) {
   EXPECT_NE(run(md::attention_normalization::uniform, 1.0f).first,
             run(md::attention_normalization::uniform, 32.0f).first);
 }
+
+// ---- MemDecay's page aggregation ------------------------------------------------------------------------------------
+
+TEST(MemdecayPageAggregation, MaxKeepsThePageOfOneHotFactWhereTheMeanDropsIt) {
+  // Three 8-token pages of one region: page 0 holds one token with a strong EWMA among idle ones, pages 1 and 2
+  // eight tokens of mild attention each. The mean ranks page 0 lowest; the max keeps it and drops page 2.
+  using policy = pol::memdecay<float>;
+  md::config cfg{.alpha = 1.0, .tau = 1e6, .page_size = 8, .normalization = md::attention_normalization::uniform};
+  cfg.protection = {.sink_pages = 0, .recent_tokens = 0};
+  md::policy_sequence<pol::memdecay> mean(cfg), max(cfg, {.aggregation = policy::page_aggregation::max});
+  for (auto* s : {&mean, &max}) {
+    s->append(md::regions::tool_out, 24);
+    std::vector<float> m(24, 0.0f);
+    m[2] = 0.2f;                                                           // one hot token in page 0
+    for (int i = 8; i < 16; ++i) m[static_cast<std::size_t>(i)] = 0.05f;   // mild attention over page 1 ...
+    for (int i = 16; i < 24; ++i) m[static_cast<std::size_t>(i)] = 0.04f;  // ... and a little less over page 2
+    s->observe_tokens(m);
+    s->advance_to(1);
+  }
+  EXPECT_EQ(mean.select(1).pages, (std::vector<std::size_t>{0}));
+  EXPECT_EQ(max.select(1).pages, (std::vector<std::size_t>{2}));
+  // The max is the best token's reference score, whatever path the mean takes.
+  const auto view = max.view();
+  const auto plan = max.select(3);
+  for (std::size_t k = 0; k < plan.pages.size(); ++k) {
+    float best = -1;
+    for (std::size_t i = plan.pages[k] * 8; i < plan.pages[k] * 8 + 8; ++i)
+      best = std::max(best, max.policy().token_terms(view, i).total());
+    EXPECT_FLOAT_EQ(plan.scores[k], best);
+  }
+  EXPECT_NE(mean.digest(), max.digest());
+}

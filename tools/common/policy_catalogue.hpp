@@ -38,6 +38,7 @@ namespace memdecay_tools {
 /// 0.9), and the baselines' tunable parameters (unset: their sources' values).
 struct catalogue_options {
   std::optional<double> alpha, tau, ewma_beta;
+  bool memdecay_page_max = false;                ///< MemDecay pages score their best token (default: the mean)
   std::optional<double> h2o_recent_fraction;     ///< source: 0.5 (heavy_ratio = recent_ratio)
   std::optional<std::size_t> snapkv_window;      ///< source: 64 (window_size)
   std::optional<std::size_t> scissorhands_history;  ///< source: 400 (m); at most 64 here
@@ -74,14 +75,17 @@ auto memdecay_entry(memdecay::attention_normalization mode, const catalogue_opti
   std::string description = "MemDecay, " + std::string(md::to_string(mode)) + " normalisation (alpha " +
                             md::detail::to_text(a) + ", tau " + md::detail::to_text(t) + ", ewma beta " +
                             md::detail::to_text(b) + ")";
+  using policy = md::policies::memdecay<float>;
+  const auto aggregation = o.memdecay_page_max ? policy::page_aggregation::max : policy::page_aggregation::mean;
+  if (o.memdecay_page_max) description += ", pages score their best token";
   return wrap(std::string("memdecay-") + md::to_string(mode), std::move(description),
-              [mode, a, t, b](const md::config& base) {
+              [mode, a, t, b, aggregation](const md::config& base) {
                 md::config cfg = base;
                 cfg.normalization = mode;
                 cfg.alpha = a;
                 cfg.tau = t;
                 cfg.ewma_beta = b;
-                return md::policy_sequence<md::policies::memdecay>(std::move(cfg));
+                return md::policy_sequence<md::policies::memdecay>(std::move(cfg), {.aggregation = aggregation});
               });
 }
 

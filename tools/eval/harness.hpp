@@ -188,9 +188,10 @@ inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, cons
 ///   attention-only  every region b_r = 1 and lambda_r = 0: the attention EWMA alone, regions ignored (pinning
 ///                   kept, like every policy here);
 ///   no-refresh      tau = 1e30: attention never resets a token's decay clock;
-///   recent-half     pages holding the last half of the budget's tokens kept, as H2O keeps its recent window.
+///   recent-half     pages holding the last half of the budget's tokens kept, as H2O keeps its recent window;
+///   page-max        a page scores its best token instead of the mean of its tokens.
 inline const std::vector<std::string>& ablation_variants() {
-  static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half"};
+  static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half", "page-max"};
   return v;
 }
 
@@ -199,6 +200,7 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
   memdecay_options o = m;
   if (variant == "prior-only") o.alpha = 0.0;
   else if (variant == "no-refresh") o.tau = 1e30;
+  else if (variant == "page-max") o.memdecay_page_max = true;
   else if (variant != "attention-only" && variant != "recent-half")
     throw std::invalid_argument("unknown MemDecay ablation '" + variant + "'");
   policy_kind k = memdecay_kind(mode, o);

@@ -24,10 +24,12 @@
 #ifndef MEMDECAY_POLICIES_MEMDECAY_HPP
 #define MEMDECAY_POLICIES_MEMDECAY_HPP
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -52,9 +54,16 @@ class memdecay {
  public:
   using float_type = Float;
   /// Everything else comes from the config (alpha, ewma_beta / ewma_half_life, tau, normalization, regions).
+  /// How a page's score comes from its tokens' scores.
+  enum class page_aggregation : std::uint8_t {
+    mean,  ///< the paper's rule: the mean of its tokens (the SIMD scorer's fused path)
+    max,   ///< its best token: a page goes only when none of its tokens is worth keeping; a fact of two tokens
+           ///< among fourteen idle ones keeps its page (scalar reference path, one exp per token per selection)
+  };
   struct params_type {
     /// Score with the exp-free kernel when the region table allows it (basic_sequence::use_expfree_scores).
     bool exp_free_scores = true;
+    page_aggregation aggregation = page_aggregation::mean;
   };
   static constexpr std::string_view name = "memdecay";
 
@@ -63,7 +72,8 @@ class memdecay {
         alpha_(static_cast<Float>(cfg.alpha)),
         params_{static_cast<Float>(cfg.effective_beta()), static_cast<Float>(cfg.tau), Float{1}},
         lut_(table),
-        clock_(lut_) {
+        clock_(lut_),
+        aggregation_(params.aggregation) {
     clock_.set(0, 0);
     expfree_ = params.exp_free_scores && clock_.usable();
   }
@@ -136,7 +146,8 @@ class memdecay {
       // As basic_sequence::apply: one sweep that also leaves the page scores (not for lifetime, whose attention
       // term needs the observation count).
       // (A copy of the policy may hold less capacity than reserve() left: then no cache, nothing allocated.)
-      if (mode_ != attention_normalization::lifetime && scores_.capacity() >= view.num_pages()) {
+      if (mode_ != attention_normalization::lifetime && aggregation_ == page_aggregation::mean &&
+          scores_.capacity() >= view.num_pages()) {
         scores_.resize(view.num_pages());  // within the capacity: cannot throw
         const std::size_t refreshed =
             expfree ? simd::observe_and_score_expfree(view.labels.data(), last_refresh_.data(), weights_.data(),
@@ -177,6 +188,15 @@ class memdecay {
       std::copy(scores_.begin(), scores_.end(), out.begin());
       return;
     }
+    if (aggregation_ == page_aggregation::max) {
+      for (std::size_t p = 0; p < view.num_pages(); ++p) {
+        Float best = -std::numeric_limits<Float>::infinity();
+        for (std::size_t i = view.page_begin(p); i < view.page_begin(p) + view.tokens_in_page(p); ++i)
+          best = std::max(best, token_terms(view, i).total());
+        out[p] = best;
+      }
+      return;
+    }
     if (mode_ != attention_normalization::lifetime) {
       score(view, ewma_.data(), out);
       return;
@@ -190,7 +210,8 @@ class memdecay {
     h.add(std::span<const step_t>(last_refresh_))
         .add(std::span<const Float>(ewma_))
         .add(std::span<const std::uint32_t>(appended_at_))
-        .add(observations_);
+        .add(observations_)
+        .add(static_cast<std::uint8_t>(aggregation_));
     return h.value();
   }
 
@@ -217,6 +238,7 @@ class memdecay {
   simd::expfree_clock<Float> clock_;  ///< exp-free factors at the last on_advance step
   bool expfree_ = false;              ///< scores from the exp-free kernel
   std::vector<Float> weights_;        ///< exp-free w_i, one per resident token
+  page_aggregation aggregation_;
   std::vector<Float> scores_;         ///< page scores left by the last fused observation ...
   bool scores_valid_ = false;         ///< ... valid until the next hook, for this step and token count
   step_t scores_step_ = 0;
