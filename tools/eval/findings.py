@@ -217,6 +217,36 @@ def main():
             say(f"| {m} | {pol} | " + " | ".join(cells) + " |")
     say("")
 
+    say("### Per tier at the 25% budget, page 16: recall of all probes (the paper's long-tier recency collapse)\n")
+    tiers = {"need": ["need-aligned-450", "need-aligned-1700"], "control": ["tier-450", "tier-1700"]}
+    say("| family | model | policy | " + " | ".join(t.split("-")[-1] + " tokens" for t in tiers["need"]) + " |")
+    say("|---|---|---|---:|---:|")
+    for fam, _ in FAMILIES:
+        for m in MODELS:
+            for pol in ["oracle", "memdecay-lifetime", "memdecay-none", "streaming_llm-unpinned", "h2o", "tova"]:
+                cells = []
+                for t in tiers[fam]:
+                    st = [r["per_episode"] for r in res.rows if r["run"] == fam and r["model"] == m and
+                          r["policy"] == pol and r["page_size"] == 16 and r["budget"] == 0.25 and r["tier"] == t]
+                    cells.append(ci(bootstrap(st)) if st else "-")
+                say(f"| {fam} | {m} | {pol} | " + " | ".join(cells) + " |")
+    say("")
+    say("### Unpinned recall: MemDecay against H2O (the paper's unpinned gap), page 16, paired 95% CI\n")
+    say("| family | model | budget | memdecay-none | memdecay-lifetime | h2o | none - h2o | lifetime - h2o |")
+    say("|---|---|---:|---:|---:|---:|---:|---:|")
+    for fam, _ in FAMILIES:
+        for m in MODELS:
+            for b in BUDGETS:
+                sn = res.strata(fam, m, "memdecay-none", 16, b)
+                sl = res.strata(fam, m, "memdecay-lifetime", 16, b)
+                sh = res.strata(fam, m, "h2o", 16, b)
+                if not (sn and sl and sh):
+                    continue
+                u = (3, 4)
+                say(f"| {fam} | {m} | {int(b * 100)}% | {ci(bootstrap(sn, which=u))} | {ci(bootstrap(sl, which=u))} | "
+                    f"{ci(bootstrap(sh, which=u))} | {dci(bootstrap(sn, sh, which=u))} | {dci(bootstrap(sl, sh, which=u))} |")
+    say("")
+
     tuned = os.path.join(d, "tuned.txt")
     if os.path.exists(tuned):
         say("### Parameters chosen on the training split\n")

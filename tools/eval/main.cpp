@@ -60,6 +60,7 @@ struct options {
   std::size_t threads = 1;
   bool quick = false;
   std::string json_path, markdown_path, plot_path;
+  std::vector<std::string> plot_policies;
   std::string traces_dir;
   std::size_t trace_episodes = 24;
   std::vector<std::string> calibrations;
@@ -458,14 +459,15 @@ int run(options& o) {
   for (std::size_t t = 0; t < targets.size(); ++t) {
     const auto& model = targets[t].model;
     const auto tier = targets[t].file->label();
-    rows.push_back({model, tier, std::nullopt, "full", settings.ceiling_page_size, &results[t].full, t});
+    rows.push_back({model, tier, std::nullopt, "full", settings.ceiling_page_size, &results[t].full, t,
+                    std::numeric_limits<std::size_t>::max(), std::nullopt, std::nullopt});
     distinct += results[t].full.total().probes;
     episodes += results[t].full.episodes;
     for (std::size_t b = 0; b < o.budgets.size(); ++b)
       for (std::size_t c = 0; c < configs.size(); ++c) {
         const auto& cell = results[t].cells[c * o.budgets.size() + b];
         rows.push_back({model, tier, o.budgets[b], configs[c].kind.name, configs[c].page_size, &cell, t,
-                        c * o.budgets.size() + b});
+                        c * o.budgets.size() + b, std::nullopt, std::nullopt});
         answered += cell.total().probes;
       }
     answered += results[t].full.total().probes;
@@ -698,7 +700,14 @@ int run(options& o) {
     out << j.dump(2) << '\n';
     if (!out) throw std::runtime_error("--json: cannot write '" + o.json_path + "'");
   }
-  if (!o.plot_path.empty()) write_svg(o.plot_path, rows, model_names, tier_names, o.budgets, config_labels, table);
+  if (!o.plot_path.empty()) {
+    std::vector<std::string> drawn;  // --plot-policies: only these policies (every page size), in table order
+    for (const auto& c : configs)
+      if (o.plot_policies.empty() ||
+          std::find(o.plot_policies.begin(), o.plot_policies.end(), c.kind.name) != o.plot_policies.end())
+        drawn.push_back(c.label());
+    write_svg(o.plot_path, rows, model_names, tier_names, o.budgets, drawn, table);
+  }
   return violations > 0 ? 3 : 0;
 }
 
@@ -751,6 +760,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json_path, "Write every number as JSON to PATH")->type_name("PATH");
   app.add_option("--markdown", o.markdown_path, "Also write the markdown tables to PATH")->type_name("PATH");
   app.add_option("--plot", o.plot_path, "Write an SVG chart of recall and unpinned recall to PATH (.svg)")->type_name("PATH");
+  app.add_option("--plot-policies", o.plot_policies, "Draw only these policies in --plot (default: all)")
+      ->delimiter(',');
   app.add_option("--record-traces", o.traces_dir,
                  "Write the full-cache runs' attention (per layer) as trace files DIR/<model>-tier-<n>.mdtrace, for "
                  "memdecay-calibrate and memdecay-replay")
