@@ -229,9 +229,13 @@ inline solution solve(const problem& pr) {
   {
     std::lock_guard lock(detail::glpk_mutex());
     glp_prob* lp = glp_create_prob();
+    // GLPK keeps an environment per thread; free it with the problem, or every worker thread leaks one.
     struct guard {
       glp_prob* lp;
-      ~guard() { glp_delete_prob(lp); }
+      ~guard() {
+        glp_delete_prob(lp);
+        glp_free_env();
+      }
     } g{lp};
     glp_set_obj_dir(lp, GLP_MAX);
     if (ncols > 0) glp_add_cols(lp, ncols);
