@@ -372,3 +372,21 @@ TEST(PolicySequence, MemDecayPolicyOutsideTheExpfreeDomainUsesThePolynomialScore
   seq.advance_to(9);
   EXPECT_EQ(ref.page_scores(), seq.page_scores());
 }
+
+TEST(PolicySequence, RecentFractionProtectsTheBudgetsShareOfRecentPagesForEveryPolicy) {
+  // Page 4, a budget of 32 tokens, recent_fraction 0.5: the pages holding the last 16 tokens are recent, for
+  // basic_sequence and for a baseline behind the policy interface alike.
+  md::config cfg{.page_size = 4, .protection = {.recent_fraction = 0.5}, .budget = md::budget_config::tokens(32)};
+  md::policy_sequence<pol::tova> tova(cfg);
+  md::sequence seq(cfg);
+  tova.append(md::regions::tool_out, 40);
+  seq.append(md::regions::tool_out, 40);
+  for (const auto& status : {tova.page_statuses(), seq.page_statuses()}) {
+    ASSERT_EQ(status.size(), 10u);
+    for (std::size_t p = 0; p < 10; ++p)
+      EXPECT_EQ(status[p], p >= 6 ? md::page_status::recent : md::page_status::evictable) << p;
+  }
+  const auto plan = tova.select_for_budget();
+  for (auto p : plan.pages) EXPECT_LT(p, 6u);
+  EXPECT_EQ(plan.pages.size(), 2u);  // 40 -> 32 tokens
+}

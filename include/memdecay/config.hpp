@@ -64,6 +64,10 @@ enum class attention_normalization : std::uint8_t {
 struct protection_config {
   std::size_t sink_pages = 0;     ///< the first pages of the sequence (StreamingLLM's attention sinks)
   std::size_t recent_tokens = 0;  ///< every page holding one of the last `recent_tokens` resident tokens
+  /// Also every page holding one of the last floor(recent_fraction x B) tokens, B the budget's upper watermark in
+  /// tokens (H2O's recent ratio: a recent window that scales with the budget); 0 turns it off, and so does an
+  /// unlimited budget. In [0, 1].
+  double recent_fraction = 0.0;
 };
 
 /// The unit of a budget's watermarks.
@@ -165,6 +169,18 @@ struct config {
   /// The region table with the overrides applied; throws config_error when an override is invalid.
   [[nodiscard]] region_table effective_regions() const { return regions.with_overrides(region_overrides); }
 
+  /// The protections in effect for a sequence of `logical_len` tokens: recent_tokens widened to the budget's
+  /// recent_fraction share.
+  [[nodiscard]] protection_config effective_protection(std::size_t page, std::uint64_t logical_len) const noexcept {
+    protection_config p = protection;
+    if (p.recent_fraction > 0.0 && budget.unit != budget_unit::unlimited) {
+      const double share = std::floor(p.recent_fraction * static_cast<double>(budget.in_tokens(page, logical_len).high));
+      const std::size_t tokens = share >= 1e18 ? std::size_t{1} << 60 : static_cast<std::size_t>(share);
+      if (tokens > p.recent_tokens) p.recent_tokens = tokens;
+    }
+    return p;
+  }
+
   /// Throws config_error naming the first invalid field and its value.
   void validate() const {
     auto bad = [](const char* name, double v, const char* why) {
@@ -177,6 +193,8 @@ struct config {
     if (!std::isfinite(tau) || tau < 0.0) bad("tau", tau, "must be finite and >= 0");
     if (page_size == 0 || !std::has_single_bit(page_size) || page_size > (std::size_t{1} << 20))
       bad("page_size", static_cast<double>(page_size), "must be a power of two in [1, 2^20]");
+    if (!(protection.recent_fraction >= 0.0 && protection.recent_fraction <= 1.0))
+      bad("protection.recent_fraction", protection.recent_fraction, "must be in [0, 1]");
     if (normalization > attention_normalization::zscore)
       bad("normalization", static_cast<double>(normalization), "unknown mode");
     budget.validate();

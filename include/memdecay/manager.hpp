@@ -577,6 +577,7 @@ class basic_manager {
     h.add(c.alpha).add(c.effective_beta()).add(c.tau).add(static_cast<std::uint64_t>(c.page_size));
     h.add(static_cast<std::uint8_t>(c.normalization));
     h.add(static_cast<std::uint64_t>(c.protection.sink_pages)).add(static_cast<std::uint64_t>(c.protection.recent_tokens));
+    h.add(c.protection.recent_fraction);
     h.add(static_cast<std::uint8_t>(c.budget.unit)).add(c.budget.high).add(c.budget.low.value_or(c.budget.high));
     for (const auto& r : regions.params()) h.add(r.base_priority).add(r.decay_rate).add(static_cast<std::uint8_t>(r.pinned));
   }

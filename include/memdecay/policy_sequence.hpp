@@ -156,7 +156,7 @@ class basic_policy_sequence {
   /// Every page's status under the config's protections and the caller's protected pages.
   [[nodiscard]] std::vector<page_status> page_statuses(std::span<const std::size_t> caller_protected = {}) const {
     std::vector<page_status> out(num_pages());
-    memdecay::page_statuses(state_, regions_, config_.protection, caller_protected, std::span<page_status>(out));
+    memdecay::page_statuses(state_, regions_, config_.effective_protection(state_.page_size(), state_.logical_len()), caller_protected, std::span<page_status>(out));
     return out;
   }
 
@@ -180,7 +180,7 @@ class basic_policy_sequence {
   /// Compacts the layout and the policy state by the plan's pages. usage_error, changing nothing, if the plan is
   /// stale or names pages that are not evictable.
   void commit(const plan_type& plan) {
-    detail::check_plan(plan, state_, regions_, config_.protection);
+    detail::check_plan(plan, state_, regions_, config_.effective_protection(state_.page_size(), state_.logical_len()));
     remove(plan.pages);
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
@@ -188,7 +188,7 @@ class basic_policy_sequence {
   /// remove_pages returns (the freed block ids, or slot ranges, for the allocator).
   template <page_table Table>
   auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
-    detail::check_plan(plan, state_, regions_, config_.protection);
+    detail::check_plan(plan, state_, regions_, config_.effective_protection(state_.page_size(), state_.logical_len()));
     detail::check_page_table(table, seq, page_size(), num_pages());
     if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
       table.remove_pages(seq, plan.pages);  // may throw: nothing here has changed yet

@@ -208,7 +208,7 @@ class basic_sequence {
   /// Every page's status under the config's protections and the caller's protected pages.
   [[nodiscard]] std::vector<page_status> page_statuses(std::span<const std::size_t> caller_protected = {}) const {
     std::vector<page_status> out(num_pages());
-    memdecay::page_statuses(state_, regions_, config_.protection, caller_protected, std::span<page_status>(out));
+    memdecay::page_statuses(state_, regions_, config_.effective_protection(state_.page_size(), state_.logical_len()), caller_protected, std::span<page_status>(out));
     return out;
   }
   /// The score of page `page` broken down by term and region.
@@ -358,7 +358,7 @@ class basic_sequence {
     if (!expfree_) return;
     weights_.resize(compact_pages(std::span<Float>(weights_), page_size(), pages));  // as state_.remove_pages
   }
-  void check_plan(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, config_.protection); }
+  void check_plan(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, config_.effective_protection(state_.page_size(), state_.logical_len())); }
 
   config config_;
   region_table regions_;

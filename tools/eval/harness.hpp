@@ -188,7 +188,8 @@ inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, cons
 ///   attention-only  every region b_r = 1 and lambda_r = 0: the attention EWMA alone, regions ignored (pinning
 ///                   kept, like every policy here);
 ///   no-refresh      tau = 1e30: attention never resets a token's decay clock;
-///   recent-half     pages holding the last half of the budget's tokens kept, as H2O keeps its recent window;
+///   recent-half     protection.recent_fraction = 0.5: the pages holding the last half of the budget's tokens
+///                   kept, as H2O keeps its recent window;
 ///   page-max        a page scores its best token instead of the mean of its tokens.
 inline const std::vector<std::string>& ablation_variants() {
   static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half", "page-max"};
@@ -214,9 +215,7 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
       for (const auto& r : table.params())
         cfg.region_overrides.push_back({.region = r.name, .base_priority = 1.0, .decay_rate = 0.0});
     }
-    if (variant == "recent-half" && cfg.budget.unit == md::budget_unit::tokens)
-      cfg.protection.recent_tokens =
-          std::max(cfg.protection.recent_tokens, static_cast<std::size_t>(std::floor(cfg.budget.high / 2.0)));
+    if (variant == "recent-half") cfg.protection.recent_fraction = 0.5;
     return make(cfg);
   };
   return k;
@@ -500,7 +499,8 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     std::vector<std::uint32_t> step_end;
     for (const auto& st : sch.steps) step_end.push_back(st.end());
     const auto plan = oracle::solve(oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size,
-                                                         budget, s.protection, cfg.effective_regions()));
+                                                         budget, cfg.effective_protection(spec.page_size, n),
+                                                         cfg.effective_regions()));
     using seq = md::policy_sequence<oracle::planned>;
     policy = std::make_unique<sequence_runner<seq>>(
         seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
