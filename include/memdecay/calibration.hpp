@@ -302,6 +302,28 @@ using memdecay::detail::to_text;
   return z + (z * z * z + z) / (4.0 * n) + (5.0 * std::pow(z, 5) + 16.0 * z * z * z + 3.0 * z) / (96.0 * n * n);
 }
 
+/// The 95% interval of a fitted half-life from its delete-one-group jackknife replicates (log half-lives), with
+/// Student's t, into out.half_life_ci; the reason to refuse the fit when there are too few groups or the interval
+/// is wider than `max_ci_ratio`. Both estimators share it.
+[[nodiscard]] inline std::optional<std::string> set_jackknife_interval(curve_fit& out, const std::vector<double>& leave_out,
+                                                                       double max_ci_ratio) {
+  const std::size_t k = leave_out.size();
+  if (k < 2) return "too few episode groups for an interval (" + to_text(k) + ")";
+  double mean = 0;
+  for (double v : leave_out) mean += v;
+  mean /= static_cast<double>(k);
+  double ss = 0;
+  for (double v : leave_out) ss += (v - mean) * (v - mean);
+  const double se = std::sqrt(ss * static_cast<double>(k - 1) / static_cast<double>(k));
+  const double centre = std::log(*out.half_life), half = t975(k - 1) * se;
+  out.half_life_ci = interval{std::exp(centre - half), std::exp(centre + half)};
+  if (!std::isfinite(out.half_life_ci->upper) || out.half_life_ci->upper / out.half_life_ci->lower > max_ci_ratio)
+    return "too noisy: 95% interval [" + to_text(out.half_life_ci->lower) + ", " + to_text(out.half_life_ci->upper) +
+           "] is wider than a factor " + to_text(max_ci_ratio);
+  return std::nullopt;
+}
+
+
 // Sums of one age bin.
 struct bin {
   double n = 0, age = 0, y = 0;
@@ -478,19 +500,7 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
     if (why != fit_outcome::ok) return refuse("unstable: leaving out episode group " + to_text(k) + " gives: " + outcome_text(why, o));
     leave_out.push_back(std::log(std::numbers::ln2 / c.lambda));
   }
-  const std::size_t k = leave_out.size();
-  if (k < 2) return refuse("too few episode groups for an interval (" + to_text(k) + ")");
-  double mean = 0;
-  for (double v : leave_out) mean += v;
-  mean /= static_cast<double>(k);
-  double ss = 0;
-  for (double v : leave_out) ss += (v - mean) * (v - mean);
-  const double se = std::sqrt(ss * static_cast<double>(k - 1) / static_cast<double>(k));
-  const double centre = std::log(*out.half_life), half = t975(k - 1) * se;
-  out.half_life_ci = interval{std::exp(centre - half), std::exp(centre + half)};
-  if (!std::isfinite(out.half_life_ci->upper) || out.half_life_ci->upper / out.half_life_ci->lower > o.max_ci_ratio)
-    return refuse("too noisy: 95% interval [" + to_text(out.half_life_ci->lower) + ", " +
-                  to_text(out.half_life_ci->upper) + "] is wider than a factor " + to_text(o.max_ci_ratio));
+  if (auto why = set_jackknife_interval(out, leave_out, o.max_ci_ratio)) return refuse(std::move(*why));
   out.status = fit_status::calibrated;
   return {out, full};
 }
@@ -576,19 +586,7 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
       return refuse("unstable: leaving out episode group " + to_text(k) + " gives: " + rate_outcome_text(f.outcome, o));
     leave_out.push_back(std::log(std::numbers::ln2 / f.lambda));
   }
-  const std::size_t k = leave_out.size();
-  if (k < 2) return refuse("too few episode groups for an interval (" + to_text(k) + ")");
-  double mean = 0;
-  for (double v : leave_out) mean += v;
-  mean /= static_cast<double>(k);
-  double ss = 0;
-  for (double v : leave_out) ss += (v - mean) * (v - mean);
-  const double se = std::sqrt(ss * static_cast<double>(k - 1) / static_cast<double>(k));
-  const double centre = std::log(*out.half_life), half = t975(k - 1) * se;
-  out.half_life_ci = interval{std::exp(centre - half), std::exp(centre + half)};
-  if (!std::isfinite(out.half_life_ci->upper) || out.half_life_ci->upper / out.half_life_ci->lower > o.max_ci_ratio)
-    return refuse("too noisy: 95% interval [" + to_text(out.half_life_ci->lower) + ", " +
-                  to_text(out.half_life_ci->upper) + "] is wider than a factor " + to_text(o.max_ci_ratio));
+  if (auto why = set_jackknife_interval(out, leave_out, o.max_ci_ratio)) return refuse(std::move(*why));
   out.status = fit_status::calibrated;
   return out;
 }
