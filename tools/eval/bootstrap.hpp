@@ -5,7 +5,7 @@
 // Episodes are the unit of resampling: probes within an episode share its eviction history, so they are not
 // independent. Resampling is stratified by tier (each tier's episodes are drawn with replacement from that tier),
 // so pooled numbers keep the tiers' weights. The interval is the percentile interval of `resamples` replicates; the
-// generator is a fixed-seed splitmix64, so the same counts and seed give the same interval on every machine.
+// generator is the library's fixed-seed splitmix64 (trace_generator.hpp), so the same counts and seed give the same interval on every machine.
 #ifndef MEMDECAY_TOOLS_EVAL_BOOTSTRAP_HPP
 #define MEMDECAY_TOOLS_EVAL_BOOTSTRAP_HPP
 
@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
+
+#include <memdecay/trace_generator.hpp>  // trace::splitmix64, the library's seeded generator
 
 namespace memdecay_eval::stats {
 
@@ -42,21 +44,6 @@ struct bootstrap_options {
 
 namespace detail {
 
-class splitmix64 {
- public:
-  explicit splitmix64(std::uint64_t seed) noexcept : s_(seed) {}
-  std::uint64_t next() noexcept {
-    std::uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in [0, n) (the modulo bias is below n / 2^64: nil for episode counts).
-  std::size_t below(std::size_t n) noexcept { return static_cast<std::size_t>(next() % n); }
-
- private:
-  std::uint64_t s_;
-};
 
 inline double ratio(std::uint64_t hits, std::uint64_t trials) noexcept {
   return trials == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(trials);
@@ -98,11 +85,12 @@ inline interval bootstrap(const strata& b, const strata* a = nullptr, const boot
   };
   interval out;
   out.estimate = statistic([](std::size_t, std::size_t k) { return k; });
-  detail::splitmix64 rng(o.seed);
+  memdecay::trace::splitmix64 rng(o.seed);
   std::vector<double> reps;
   reps.reserve(o.resamples);
   for (std::size_t r = 0; r < o.resamples; ++r)
-    reps.push_back(statistic([&](std::size_t s, std::size_t) { return rng.below(b[s].size()); }));
+    // Uniform in [0, n) by modulo (the bias, below n / 2^64, is nil for episode counts).
+    reps.push_back(statistic([&](std::size_t s, std::size_t) { return static_cast<std::size_t>(rng.next() % b[s].size()); }));
   if (reps.empty()) {
     out.lower = out.upper = out.estimate;
     return out;

@@ -175,14 +175,11 @@ inline solution solve(const problem& pr) {
 
   std::vector<int> ia{0}, ja{0};
   std::vector<double> ar{0.0};
-  struct row_bound {
-    double upper;
-  };
-  std::vector<row_bound> rows;
+  std::vector<double> row_upper;  // every row is `terms <= upper`
   auto add_row = [&](std::span<const std::pair<int, double>> terms, double upper) {
-    rows.push_back({upper});
+    row_upper.push_back(upper);
     for (const auto& [c, v] : terms) {
-      ia.push_back(static_cast<int>(rows.size()));
+      ia.push_back(static_cast<int>(row_upper.size()));
       ja.push_back(c);
       ar.push_back(v);
     }
@@ -244,9 +241,10 @@ inline solution solve(const problem& pr) {
       glp_set_col_bnds(lp, need_col[n], GLP_DB, 0.0, 1.0);
       glp_set_obj_coef(lp, need_col[n], static_cast<double>(pr.needs[n].weight));
     }
-    if (!rows.empty()) {
-      glp_add_rows(lp, static_cast<int>(rows.size()));
-      for (std::size_t r = 0; r < rows.size(); ++r) glp_set_row_bnds(lp, static_cast<int>(r) + 1, GLP_UP, 0.0, rows[r].upper);
+    if (!row_upper.empty()) {
+      glp_add_rows(lp, static_cast<int>(row_upper.size()));
+      for (std::size_t r = 0; r < row_upper.size(); ++r)
+        glp_set_row_bnds(lp, static_cast<int>(r) + 1, GLP_UP, 0.0, row_upper[r]);
       glp_load_matrix(lp, static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
     }
     if (ncols > 0) {
