@@ -13,6 +13,7 @@
 #define MEMDECAY_TOOLS_COMMON_POLICY_CATALOGUE_HPP
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -63,6 +64,23 @@ inline constexpr std::size_t scissorhands_recent = 10;       ///< the paper's r 
 inline constexpr std::size_t snapkv_window = 64;             ///< SnapKVCluster(window_size=64)
 inline constexpr std::size_t snapkv_kernel = 5;              ///< kernel_size=5, pooling='avgpool'
 }  // namespace source_params
+
+/// The `wrap` of a tool whose entries are {name, description, make} with make(config, extra...) returning a
+/// std::unique_ptr<Base> to Runner<the policy's sequence>(sequence, extra...): its type-erased runner per policy.
+template <class Entry, class Base, template <class> class Runner, class... Extra>
+struct runner_wrapper {
+  template <class Construct>
+  Entry operator()(std::string name, std::string description, Construct construct) const {
+    Entry e;
+    e.name = std::move(name);
+    e.description = std::move(description);
+    e.make = [construct](const memdecay::config& cfg, Extra... extra) -> std::unique_ptr<Base> {
+      auto seq = construct(cfg);
+      return std::make_unique<Runner<decltype(seq)>>(std::move(seq), extra...);
+    };
+    return e;
+  }
+};
 
 /// MemDecay in one normalisation mode, always policy_sequence<policies::memdecay>.
 template <class Wrap>

@@ -190,18 +190,13 @@ def main():
                     y = res.strata(run, m, base, 16, b)
                     cells.append(dci(bootstrap(x, y)) if x and y else "-")
             say(f"| tuned MemDecay vs tuned {base} | " + " | ".join(cells) + " |")
-        cells = []
-        for m in MODELS:
-            for b in BUDGETS:
-                x = res.strata(f"{fam}-{m}-calibrated", m, "memdecay-lifetime", 16, b)
-                cells.append(ci(bootstrap(x)) if x else "-")
-        say("| (calibrated + tuned MemDecay's recall) | " + " | ".join(cells) + " |")
-        cells = []
-        for m in MODELS:
-            for b in BUDGETS:
-                x = res.strata(f"{fam}-{m}-tuned", m, "memdecay-lifetime", 16, b)
-                cells.append(ci(bootstrap(x)) if x else "-")
-        say("| (tuned MemDecay's recall) | " + " | ".join(cells) + " |")
+        for suffix, label in [("calibrated", "calibrated + tuned"), ("tuned", "tuned")]:
+            cells = []
+            for m in MODELS:
+                for b in BUDGETS:
+                    x = res.strata(f"{fam}-{m}-{suffix}", m, "memdecay-lifetime", 16, b)
+                    cells.append(ci(bootstrap(x)) if x else "-")
+            say(f"| ({label} MemDecay's recall) | " + " | ".join(cells) + " |")
         say("")
 
     say("### Recall per region of the fact, need-aligned family, 25% budget, page 16 (tiers pooled)\n")

@@ -156,19 +156,7 @@ inline policy_kind oracle_kind() {
 using memdecay_options = memdecay_tools::catalogue_options;
 
 /// Wraps a catalogue entry's sequence in this harness's runner.
-struct kind_wrapper {
-  template <class Construct>
-  policy_kind operator()(std::string name, std::string description, Construct construct) const {
-    policy_kind k;
-    k.name = std::move(name);
-    k.description = std::move(description);
-    k.make = [construct](const md::config& cfg) -> std::unique_ptr<policy_runner> {
-      auto seq = construct(cfg);
-      return std::make_unique<sequence_runner<decltype(seq)>>(std::move(seq));
-    };
-    return k;
-  }
-};
+using kind_wrapper = memdecay_tools::runner_wrapper<policy_kind, policy_runner, sequence_runner>;
 
 /// MemDecay in one normalisation mode, always through policy_sequence<policies::memdecay>.
 inline policy_kind memdecay_kind(md::attention_normalization mode, const memdecay_options& m = {}) {

@@ -160,19 +160,7 @@ struct policy_entry {
 using memdecay_options = memdecay_tools::catalogue_options;
 
 /// Wraps a catalogue entry's sequence in the replay's runner.
-struct entry_wrapper {
-  template <class Construct>
-  policy_entry operator()(std::string name, std::string description, Construct construct) const {
-    policy_entry e;
-    e.name = std::move(name);
-    e.description = std::move(description);
-    e.make = [construct](const config& cfg, std::size_t total) -> std::unique_ptr<runner> {
-      auto seq = construct(cfg);
-      return std::make_unique<sequence_runner<decltype(seq)>>(std::move(seq), total);
-    };
-    return e;
-  }
-};
+using entry_wrapper = memdecay_tools::runner_wrapper<policy_entry, runner, sequence_runner, std::size_t>;
 
 /// MemDecay with a normalisation mode (policy_sequence<policies::memdecay>; per-mode defaults unless given).
 inline policy_entry memdecay_policy(attention_normalization mode, std::optional<double> alpha = {},
