@@ -58,7 +58,7 @@ constexpr double kExpfreeFusedBytes = 25.0 + 4.0 / kPage;
 /// an observation (uniform normalisation, a quarter of the tokens above tau).
 struct workload {
   md::region_table table = md::default_region_table();
-  md::sequence_state<float, kPage> state;
+  md::token_state<float, kPage> state;
   std::vector<float> mass, out;
   ms::region_lut<float> lut{table};
   md::observation_params<float> obs{};

@@ -95,10 +95,10 @@ inline void llama_cpp_step(memdecay::sequence& seq, llama_memory_t mem, std::int
   // New tokens need explicit batch.pos = seq.logical_len() + i: the cache now has holes.
 }
 
-inline std::vector<TokenRangeRetentionConfig> tensorrt_llm_request(const memdecay::region_table& regions,
+inline std::vector<TokenRangeRetentionConfig> tensorrt_llm_request(const memdecay::config& cfg,
                                                                    std::span<const memdecay::region_span> prompt) {
   std::vector<TokenRangeRetentionConfig> ranges;
-  for (const auto& e : memdecay::tensorrt_llm_retention(regions, prompt, {.milliseconds_per_step = 25.0}))
+  for (const auto& e : memdecay::tensorrt_llm_retention(cfg, prompt, {.milliseconds_per_step = 25.0}))
     ranges.emplace_back(e.token_start, e.token_end, e.priority, e.duration_ms);
   return ranges;  // KvCacheRetentionConfig(ranges, /*decodePriority=*/35); request.setKvCacheRetentionConfig(...)
 }
@@ -108,8 +108,8 @@ inline std::map<std::uint64_t, std::vector<std::int32_t>> manager_step(
     const std::map<std::uint64_t, std::size_t>& drafts) {
   mgr.advance_to(step);  // every clock; ends last step's protections
   for (const auto& [id, tokens] : drafts) mgr.protect_tail_tokens(id, tokens);  // speculative tokens in flight
-  const auto plan = mgr.select_global();  // sequence budgets, then the global one; (score, id, page) order
-  return mgr.commit(plan, pool);          // all or nothing; per request, the blocks that became free
+  const auto plan = mgr.select_global();  // sequence budgets, then the global one; (score, tie hash, id, page) order
+  return mgr.commit(plan, pool, memdecay::identity_id{});  // all or nothing; per request, the freed blocks
 }
 
 // --- the scenario ------------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ void llama_cpp() {
 void tensorrt_llm() {
   std::printf("TensorRT-LLM: retention ranges for a prompt of system 200, user 60, retrieval 500 tokens\n");
   const md::region_span prompt[] = {{md::regions::system, 200}, {md::regions::user, 60}, {md::regions::retrieval, 500}};
-  const auto ranges = ex::tensorrt_llm_request(md::default_region_table(), prompt);
+  const auto ranges = ex::tensorrt_llm_request(md::config{}, prompt);
   std::int64_t next = 0;
   bool contiguous = true;
   for (const auto& r : ranges) {

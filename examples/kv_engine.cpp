@@ -209,7 +209,7 @@ inline episode_report run_episode(tiny_engine& engine) {
       engine.mgr.at(id).observe_tokens(att.probabilities);  // the mass the query gave each resident token
     }
     const auto plan = engine.mgr.select_global();
-    engine.mgr.commit(plan, engine.pool);  // removes the blocks from the pool's tables and compacts memdecay's state
+    engine.mgr.commit(plan, engine.pool, md::identity_id{});  // removes the blocks from the pool's tables and compacts memdecay's state
 
     step_report r{step, &s, plan.victims.size(), engine.pool.consistent(), {}};
     for (std::uint64_t id : requests) {

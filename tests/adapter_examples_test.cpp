@@ -61,7 +61,7 @@ TEST(IntegrationExamples, LlamaCpp) {
 
 TEST(IntegrationExamples, TensorRtLlm) {
   const md::region_span prompt[] = {{md::regions::system, 200}, {md::regions::user, 60}, {md::regions::retrieval, 500}};
-  const auto ranges = ex::tensorrt_llm_request(md::default_region_table(), prompt);
+  const auto ranges = ex::tensorrt_llm_request(md::config{}, prompt);
   ASSERT_EQ(ranges.size(), 3u);
   EXPECT_EQ(ranges[0].priority, 100);
   EXPECT_FALSE(ranges[0].duration_ms);
@@ -82,9 +82,11 @@ TEST(IntegrationExamples, Manager) {
   }
   const auto freed = ex::manager_step(mgr, pool, 40, {{3, 20}});  // request 3's last 20 tokens are drafts
   EXPECT_EQ(mgr.reclaimable_pages(), 6u);
-  // All pages tie; request 3's drafted pages 3 and 4 are protected, so it loses 0, 1, 2 (the lower id first).
-  EXPECT_EQ(mgr.at(3).num_pages(), 2u);
-  EXPECT_EQ(mgr.at(4).num_pages(), 4u);
+  // All pages tie, so the tie hash of (request, page) spreads the four victims over both requests; request 3's
+  // drafted pages 3 and 4 are protected and stay.
+  EXPECT_EQ(mgr.at(3).num_pages(), 4u);
+  EXPECT_EQ(mgr.at(4).num_pages(), 2u);
+  EXPECT_EQ(mgr.at(3).positions().back(), 5 * P - 1) << "a drafted page was evicted";
   std::size_t total = 0;
   for (const auto& [id, blocks] : freed) total += blocks.size();
   EXPECT_EQ(total, 4u);

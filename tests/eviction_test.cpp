@@ -16,7 +16,7 @@ md::region_table three_regions() {
 
 TEST(Eviction, PageScoreIsTheMeanOfTokenScores) {
   const auto table = three_regions();
-  md::sequence_state<double, 4> s;
+  md::token_state<double, 4> s;
   s.append(std::vector<md::region_span>{{1, 2}, {2, 2}, {2, 3}});  // page 0: slow x2 + fast x2; page 1: fast x3
   s.advance_to(10);
   s.ewma_mut()[0] = 0.5;
@@ -29,7 +29,7 @@ TEST(Eviction, PageScoreIsTheMeanOfTokenScores) {
 
 TEST(Eviction, StatusesFollowTheOrderOfTheChecks) {
   const auto table = three_regions();
-  md::sequence_state<float, 4> s;
+  md::token_state<float, 4> s;
   // pages: 0 slow, 1 slow+pin, 2 fast, 3 fast, 4 fast, 5 fast, 6 partial
   s.append(std::vector<md::region_span>{{1, 4}, {1, 3}, {0, 1}, {2, 16}, {2, 2}});
   std::vector<md::page_status> st(s.num_pages());

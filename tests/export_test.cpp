@@ -4,6 +4,7 @@
 
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/policies/h2o.hpp>
 #include <memdecay/sequence.hpp>
 
 #include <vector>
@@ -113,6 +114,31 @@ TEST(TensorRtLlmRetention, ASequenceExportsItsResidentTokensAtTheirPositions) {
   EXPECT_EQ(entries[0], (md::token_range_retention{0, 16, 100, std::nullopt}));
   EXPECT_EQ(entries[1], (md::token_range_retention{32, 48, 30, std::nullopt}));
   EXPECT_EQ(entries[2], (md::token_range_retention{48, 68, 79, std::nullopt}));
+}
+
+TEST(TensorRtLlmRetention, AConfigExportsItsEffectiveRegionsOverridesIncluded) {
+  // The docs' snippet passed cfg.regions, which drops region_overrides: a plan pinned by override got 89, not 100.
+  md::config cfg{.page_size = P};
+  cfg.region_overrides = {{.region = "plan", .pinned = true}};
+  const md::region_span spans[] = {{md::regions::plan, 8}};
+  EXPECT_EQ(md::tensorrt_llm_retention(cfg, spans).front().priority, 100);
+  EXPECT_LT(md::tensorrt_llm_retention(cfg.regions, spans).front().priority, 100) << "the raw table has no override";
+  md::sequence seq(cfg);
+  seq.append(md::regions::plan, 8);
+  EXPECT_EQ(md::tensorrt_llm_retention(seq).front().priority, 100);
+}
+
+TEST(Exports, TakeEveryPolicysSequence) {
+  // The exports are written against sequence_like: an H2O sequence exports as a MemDecay one does.
+  md::policy_sequence<md::policies::h2o> seq(md::config{.page_size = P});
+  seq.append(md::regions::scratchpad, 4 * P);
+  auto plan = seq.select(0);
+  plan.pages = {1, 2};
+  EXPECT_EQ(md::llama_position_ranges(seq, plan), (std::vector<md::llama_position_range>{{16, 48}}));
+  seq.commit(plan);
+  EXPECT_EQ(md::llama_evicted_ranges(seq), (std::vector<md::llama_position_range>{{16, 48}}));
+  EXPECT_EQ(md::tensorrt_llm_retention(seq).size(), 2u);  // [0, 16) and [48, 64): the hole splits them
+  EXPECT_THROW((void)md::llama_position_ranges(seq, plan), md::usage_error) << "stale: the one stale-plan rule";
 }
 
 }  // namespace

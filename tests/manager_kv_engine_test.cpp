@@ -44,7 +44,7 @@ TEST(KvEngine, FreedBlocksAreReusedWithoutDisturbingSurvivors) {
   const auto before = engine.pool.free_blocks();
   const auto plan = engine.mgr.select_global(4);
   ASSERT_EQ(plan.pages_freed, 4u);
-  const auto released = engine.mgr.commit(plan, engine.pool);
+  const auto released = engine.mgr.commit(plan, engine.pool, md::identity_id{});
   EXPECT_EQ(engine.pool.free_blocks(), before + 4);
   engine.append(1, md::regions::tool_out, 3 * P);  // written into the blocks just freed
   EXPECT_EQ(engine.pool.free_blocks(), before + 1);

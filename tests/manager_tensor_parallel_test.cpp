@@ -104,7 +104,7 @@ std::vector<rank> run(int num_ranks, bool all_reduce = true) {
       const auto plan = r.mgr.select_global();
       r.plan_digests.push_back(plan.digest());
       r.victims.push_back(plan.victims);
-      r.mgr.commit(plan, r.pool);
+      r.mgr.commit(plan, r.pool, md::identity_id{});
       r.state_digests.push_back(r.mgr.digest());
     }
   }

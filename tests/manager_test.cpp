@@ -55,7 +55,7 @@ TEST(ManagerConfig, RejectsInvalidPageSizesAndBudgets) {
   EXPECT_THROW(md::manager({.page_size = 24}), md::config_error);
   EXPECT_THROW(md::manager({.page_size = 16, .global = {.high = 10, .low = 11}}), md::config_error);
   EXPECT_NO_THROW(md::manager({.page_size = 16, .global = md::global_budget::pages(10, 8)}));
-  EXPECT_THROW((md::basic_manager<float, 16>({.page_size = 32})), md::config_error);
+  EXPECT_THROW((md::basic_manager<md::basic_sequence<md::policies::memdecay, float, 16>>({.page_size = 32})), md::config_error);
 }
 
 TEST(ManagerSequences, OpenCloseAndLookUpByIdInAscendingOrder) {
@@ -123,19 +123,24 @@ TEST(ManagerSelection, PerSequenceBudgetsMatchEachSequencesOwnSelection) {
   EXPECT_EQ(f.mgr.select(1).pages, a.select_for_budget().pages);
 }
 
-// The reference for the global pass: every evictable page of every sequence, sorted by (score, id, page).
+// The reference for the global pass: every evictable page of every sequence, sorted by (score, tie hash, id,
+// page), the tie hash being splitmix64(splitmix64(id) ^ original page) (manager.hpp). Returns (score, id, page).
 std::vector<std::tuple<float, std::uint64_t, std::size_t>> ranked_pages(const md::manager& mgr) {
-  std::vector<std::tuple<float, std::uint64_t, std::size_t>> all;
+  using md::policy_support::splitmix64;
+  std::vector<std::tuple<float, std::uint64_t, std::uint64_t, std::size_t>> all;
   for (auto id : mgr.ids()) {
     const auto scores = mgr.at(id).page_scores();
     const auto status = mgr.at(id).page_statuses(mgr.protected_pages(id));
     const auto shared = mgr.shared_pages(id);
+    const auto origins = mgr.at(id).state().page_origins();
     for (std::size_t p = 0; p < scores.size(); ++p)
       if (status[p] == md::page_status::evictable && !std::binary_search(shared.begin(), shared.end(), p))
-        all.emplace_back(scores[p], id, p);
+        all.emplace_back(scores[p], splitmix64(splitmix64(id) ^ origins[p]), id, p);
   }
   std::sort(all.begin(), all.end());
-  return all;
+  std::vector<std::tuple<float, std::uint64_t, std::size_t>> out;
+  for (const auto& [score, tie, id, page] : all) out.emplace_back(score, id, page);
+  return out;
 }
 
 TEST(ManagerSelection, GlobalBudgetTakesTheLowestPagesOfAllSequencesInTotalOrder) {
@@ -250,7 +255,7 @@ TEST(ManagerProtection, ProtectionFollowsItsPageThroughCompaction) {
   f.mgr.protect_pages(1, std::vector<std::size_t>{5});
   const auto plan = f.mgr.select(1, 2);
   ASSERT_EQ(plan.pages, (std::vector<std::size_t>{0, 1}));  // scratchpad, then the first tool output
-  f.mgr.commit(1, plan, f.pool);
+  f.mgr.commit(1, plan, f.pool, md::identity_id{});
   EXPECT_EQ(f.mgr.protected_pages(1), std::vector<std::size_t>{3});
 }
 
@@ -265,19 +270,23 @@ TEST(ManagerProtection, RejectsPagesThatDoNotExistChangingNothing) {
 }
 
 TEST(ManagerShared, SharedPagesAreNotReclaimableAndTheGlobalPassSkipsThem) {
-  fixture f(md::global_budget::pages(10, 8));
+  fixture f(md::global_budget::pages(12, 8));
   f.open(1, 6, 0);
   f.open(2, 6, 0);
   f.mgr.advance_to(30);
   f.mgr.set_shared(1, std::vector<std::size_t>{0, 1});
   EXPECT_EQ(f.mgr.resident_pages(), 12u);
   EXPECT_EQ(f.mgr.reclaimable_pages(), 10u);
-  EXPECT_TRUE(f.mgr.select_global().empty());  // 10 reclaimable pages: within the budget
+  EXPECT_EQ(f.mgr.physical_pages(), 12u) << "a block shared with holders outside the manager is still a block";
+  EXPECT_TRUE(f.mgr.select_global().empty());  // 12 blocks: within the budget
 
+  f.mgr.open(3, unlimited_config()).append(md::regions::tool_out, P);
+  const auto plan = f.mgr.select_global();  // 13 > 12: down to 8, from the 11 private pages
+  ASSERT_EQ(plan.victims.size(), 5u);
+  for (const auto& v : plan.victims) EXPECT_FALSE(v.sequence == 1 && v.page <= 1) << "a shared page was picked";
   f.mgr.set_shared(1, std::vector<std::size_t>{1}, false);
-  const auto plan = f.mgr.select_global();  // 11 > 10: down to 8
-  ASSERT_EQ(plan.victims.size(), 3u);
-  for (const auto& v : plan.victims) EXPECT_FALSE(v.sequence == 1 && v.page == 0) << "a shared page was picked";
+  EXPECT_EQ(f.mgr.shared_pages(1), std::vector<std::size_t>{0});
+  EXPECT_EQ(f.mgr.physical_pages(), 13u);
 }
 
 TEST(ManagerShared, ASequenceBudgetMayEvictSharedPagesButTheyFreeNothing) {
@@ -289,7 +298,7 @@ TEST(ManagerShared, ASequenceBudgetMayEvictSharedPagesButTheyFreeNothing) {
   fill(b, 2, 2);
   f.pool.append_tokens(2, 2 * P);
   f.mgr.advance_to(30);
-  f.mgr.mark_shared_from(f.pool);
+  f.mgr.mark_shared_from(f.pool, md::identity_id{});
   EXPECT_EQ(f.mgr.shared_pages(1), (std::vector<std::size_t>{0, 1, 2, 3}));
   EXPECT_EQ(f.mgr.shared_pages(2), (std::vector<std::size_t>{0, 1, 2, 3}));
 
@@ -301,7 +310,7 @@ TEST(ManagerShared, ASequenceBudgetMayEvictSharedPagesButTheyFreeNothing) {
   EXPECT_EQ(plan.pages_freed, plan.victims.size() - shared_victims);
 
   const std::size_t free_before = f.pool.free_blocks();
-  const auto released = f.mgr.commit(plan, f.pool);
+  const auto released = f.mgr.commit(plan, f.pool, md::identity_id{});
   EXPECT_EQ(f.pool.free_blocks() - free_before, plan.pages_freed);
   EXPECT_EQ(released.at(2).size(), plan.pages_freed);
   EXPECT_TRUE(f.pool.consistent());
@@ -313,7 +322,7 @@ TEST(ManagerShared, MarkSharedFromRejectsATableThatDisagreesChangingNothing) {
   f.open(1, 3, 0);
   f.mgr.set_shared(1, std::vector<std::size_t>{2});
   f.pool.append_tokens(1, P);  // the pool now holds one page more than the sequence
-  EXPECT_THROW(f.mgr.mark_shared_from(f.pool), md::usage_error);
+  EXPECT_THROW(f.mgr.mark_shared_from(f.pool, md::identity_id{}), md::usage_error);
   EXPECT_EQ(f.mgr.shared_pages(1), std::vector<std::size_t>{2});
 }
 
@@ -354,12 +363,12 @@ TEST(ManagerCommit, AppliesEveryPlanAndReturnsTheFreedBlocks) {
   std::map<std::uint64_t, std::vector<std::int32_t>> expected;
   for (const auto& [id, p] : plan.plans)
     for (std::size_t page : p.pages) expected[id].push_back(f.pool.page_at(id, page));
-  const auto released = f.mgr.commit(plan, f.pool);
+  const auto released = f.mgr.commit(plan, f.pool, md::identity_id{});
   EXPECT_EQ(released, expected);
   EXPECT_EQ(f.mgr.resident_pages(), 9u);
   for (auto id : f.mgr.ids()) EXPECT_EQ(f.pool.num_pages(id), f.mgr.at(id).num_pages());
   EXPECT_TRUE(f.pool.consistent());
-  EXPECT_THROW(f.mgr.commit(plan, f.pool), md::usage_error) << "a plan commits once";
+  EXPECT_THROW(f.mgr.commit(plan, f.pool, md::identity_id{}), md::usage_error) << "a plan commits once";
 }
 
 TEST(ManagerCommit, IsAllOrNothingAcrossSequences) {
@@ -373,7 +382,7 @@ TEST(ManagerCommit, IsAllOrNothingAcrossSequences) {
   f.pool.append_tokens(2, 1);
   const auto digest = f.mgr.digest();
   const auto pool_before = pool_snapshot(f.pool, {1, 2});
-  EXPECT_THROW(f.mgr.commit(plan, f.pool), md::usage_error);
+  EXPECT_THROW(f.mgr.commit(plan, f.pool, md::identity_id{}), md::usage_error);
   EXPECT_EQ(f.mgr.digest(), digest);
   EXPECT_EQ(pool_snapshot(f.pool, {1, 2}), pool_before);
   EXPECT_THROW(f.mgr.commit(plan), md::usage_error);
@@ -391,7 +400,7 @@ TEST(ManagerCommit, ATableThatRefusesOneSequenceChangesNoSequence) {
   f.pool.open(2);
   const auto digest = f.mgr.digest();
   const auto pool_before = pool_snapshot(f.pool, {1, 2});
-  EXPECT_THROW(f.mgr.commit(plan, f.pool), md::usage_error);
+  EXPECT_THROW(f.mgr.commit(plan, f.pool, md::identity_id{}), md::usage_error);
   EXPECT_EQ(f.mgr.digest(), digest);
   EXPECT_EQ(pool_snapshot(f.pool, {1, 2}), pool_before);
 }
@@ -425,7 +434,7 @@ TEST(ManagerPrefixCache, BoundaryIsTheFirstEvictedOriginalPage) {
   const std::size_t victims[] = {2, 4};
   md::eviction_plan<float> plan = f.mgr.select(1, 0);
   plan.pages.assign(std::begin(victims), std::end(victims));
-  f.mgr.commit(1, plan, f.pool);
+  f.mgr.commit(1, plan, f.pool, md::identity_id{});
   EXPECT_EQ(f.mgr.prefix_cache_boundary(1), 2u);
   EXPECT_EQ(f.mgr.prefix_cacheable_tokens(1), 2 * P);
   EXPECT_THROW((void)f.mgr.prefix_cache_boundary(2), md::usage_error);
@@ -436,7 +445,8 @@ TEST(ManagerPrefixCache, BoundaryIsTheFirstEvictedOriginalPage) {
 namespace {
 
 // A brute-force oracle for select_global on random scenarios: pass 1 is each sequence's own select_for_budget with
-// its protections; pass 2 ranks every other evictable, unshared page of every sequence by (score, id, page).
+// its protections; pass 2 ranks every other evictable, unshared page of every sequence by (score, tie hash, id,
+// page), while the physical blocks (private pages and each shared block once) exceed the global budget.
 TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
   std::uint64_t state = 12345;
   const auto next = [&state](std::uint64_t n) {
@@ -471,13 +481,18 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
       if (next(3) == 0) mgr.protect_tail_tokens(id, next(20));
     }
 
+    using md::policy_support::splitmix64;
+    const auto tie = [&](std::uint64_t id, std::size_t p) {
+      return splitmix64(splitmix64(id) ^ mgr.at(id).state().page_origins()[p]);
+    };
     std::vector<md::global_victim<float, std::uint64_t>> expected;
-    std::vector<std::tuple<float, std::uint64_t, std::size_t>> rest;
-    std::size_t reclaimable = 0, freed = 0;
+    std::vector<std::tuple<float, std::uint64_t, std::uint64_t, std::size_t>> rest;
+    std::size_t reclaimable = 0, freed = 0, shared_blocks = 0;
     for (auto id : mgr.ids()) {
       const auto& seq = mgr.at(id);
       const auto shared = mgr.shared_pages(id);
       const auto is_shared = [&](std::size_t p) { return std::binary_search(shared.begin(), shared.end(), p); };
+      shared_blocks += shared.size();  // set_shared: each flagged page its own block
       const auto own = seq.select_for_budget(mgr.protected_pages(id));
       for (std::size_t k = 0; k < own.pages.size(); ++k) {
         expected.push_back({id, own.pages[k], own.scores[k], is_shared(own.pages[k]), md::eviction_reason::sequence_budget});
@@ -489,17 +504,18 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
         reclaimable += !is_shared(p);
         if (status[p] == md::page_status::evictable && !is_shared(p) &&
             !std::binary_search(own.pages.begin(), own.pages.end(), p))
-          rest.emplace_back(scores[p], id, p);
+          rest.emplace_back(scores[p], tie(id, p), id, p);
       }
     }
     std::sort(rest.begin(), rest.end());
-    const std::size_t after = reclaimable - freed;
+    const std::size_t after = reclaimable + shared_blocks - freed;
     const std::size_t need = after > mgr.get_config().global.high ? after - mgr.get_config().global.low : 0;
     for (std::size_t k = 0; k < std::min(need, rest.size()); ++k)
-      expected.push_back({std::get<1>(rest[k]), std::get<2>(rest[k]), std::get<0>(rest[k]), false,
+      expected.push_back({std::get<2>(rest[k]), std::get<3>(rest[k]), std::get<0>(rest[k]), false,
                           md::eviction_reason::global_budget});
-    std::sort(expected.begin(), expected.end(), [](const auto& a, const auto& b) {
-      return std::tie(a.score, a.sequence, a.page) < std::tie(b.score, b.sequence, b.page);
+    std::sort(expected.begin(), expected.end(), [&](const auto& a, const auto& b) {
+      return std::tuple(a.score, tie(a.sequence, a.page), a.sequence, a.page) <
+             std::tuple(b.score, tie(b.sequence, b.page), b.sequence, b.page);
     });
 
     const auto plan = mgr.select_global();
@@ -508,7 +524,7 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
     total_victims += plan.victims.size();
 
     const std::size_t resident = mgr.resident_pages();
-    mgr.commit(plan, pool);
+    mgr.commit(plan, pool, md::identity_id{});
     EXPECT_EQ(mgr.resident_pages(), resident - plan.victims.size());
     EXPECT_TRUE(pool.consistent());
     for (auto id : mgr.ids()) EXPECT_EQ(pool.num_pages(id), mgr.at(id).num_pages()) << "trial " << trial;
@@ -517,3 +533,150 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
 }
 
 }  // namespace
+
+// --- hazards an integrator hit, each fixed --------------------------------------------------------------------
+
+template <class Manager, class Plan, class Table>
+concept commits_without_a_map = requires(Manager& m, const Plan& p, Table& t) { m.commit(p, t); };
+template <class Manager, class Table>
+concept marks_without_a_map = requires(Manager& m, Table& t) { m.mark_shared_from(t); };
+
+TEST(ManagerHazards, EveryTableCommitNamesItsIdMap) {
+  // The default identity map let commit remove another request's block when the counts happened to agree.
+  static_assert(!commits_without_a_map<md::manager, md::manager::global_plan_type, md::block_pool<>>);
+  static_assert(!marks_without_a_map<md::manager, md::block_pool<>>);
+  static_assert(commits_without_a_map<md::manager, md::manager::global_plan_type, md::block_pool<>> == false);
+}
+
+TEST(ManagerHazards, ASequenceOpenedMidRunStartsAtTheManagersClock) {
+  md::manager mgr({.page_size = P});
+  mgr.advance_to(500);
+  auto& late = mgr.open(7, unlimited_config());
+  EXPECT_EQ(late.now(), 500u);
+  EXPECT_EQ(mgr.now(), 500u);
+  late.append(md::regions::scratchpad, 2 * P);
+  for (md::step_t t : late.policy().last_refresh()) EXPECT_EQ(t, 500u) << "a new token looked stale";
+  EXPECT_THROW(mgr.advance_to(499), md::input_error);
+}
+
+TEST(ManagerHazards, AManagedSequenceCannotCommitAroundTheManager) {
+  fixture f;
+  auto& seq = f.open(1, 6, 0);
+  f.mgr.protect_pages(1, std::vector<std::size_t>{2});
+  auto plan = seq.select(0);
+  plan.pages = {2};
+  EXPECT_TRUE(seq.managed());
+  EXPECT_THROW(seq.commit(plan), md::usage_error) << "mgr.at(id).commit bypassed the per-step protection";
+  EXPECT_THROW(seq.commit(plan, f.pool, 1), md::usage_error);
+  const std::string message = [&] {
+    try {
+      f.mgr.commit(1, plan, f.pool, md::identity_id{});
+    } catch (const md::usage_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(message.find("commit: sequence 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("protected"), std::string::npos) << message;
+  EXPECT_EQ(seq.num_pages(), 6u);
+  auto copy = seq;  // a copy is the caller's own
+  EXPECT_FALSE(copy.managed());
+  EXPECT_NO_THROW(copy.commit(plan));
+}
+
+TEST(ManagerHazards, ErrorsNameTheCallAndTheRequest) {
+  fixture f;
+  auto& seq = f.open(42, 6, 0);
+  auto plan = f.mgr.select(42, 2);
+  seq.append(md::regions::user, 1);  // the plan is stale now
+  f.pool.append_tokens(42, 1);
+  try {
+    f.mgr.commit(42, plan, f.pool, md::identity_id{});
+    FAIL() << "a stale plan was committed";
+  } catch (const md::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("commit: sequence 42: stale plan"), std::string::npos) << e.what();
+  }
+  try {
+    f.mgr.protect_pages(9, std::vector<std::size_t>{0});
+    FAIL();
+  } catch (const md::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("protect_pages: sequence 9 is not open"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ManagerHazards, EqualScoresSpreadOverTheSequences) {
+  // Identical, unobserved sequences tie everywhere; the order (score, id, page) took all 64 victims from the
+  // lowest id. The tie hash spreads them, and the spread is the same on every rank.
+  auto victims_per_sequence = [] {
+    md::manager mgr({.page_size = P, .global = md::global_budget::pages(4 * 40 - 64)});
+    for (std::uint64_t id = 0; id < 4; ++id) mgr.open(id, unlimited_config()).append(md::regions::tool_out, 40 * P);
+    const auto plan = mgr.select_global();
+    std::vector<std::size_t> count(4, 0);
+    for (const auto& v : plan.victims) ++count[v.sequence];
+    EXPECT_EQ(plan.victims.size(), 64u);
+    return count;
+  };
+  const auto count = victims_per_sequence();
+  for (std::size_t c : count) {
+    EXPECT_GT(c, 4u) << "ties still go to one sequence";
+    EXPECT_LT(c, 40u);
+  }
+  EXPECT_EQ(count, victims_per_sequence());
+}
+
+TEST(ManagerFork, TheChildInheritsLayoutHolesAndPolicyState) {
+  fixture f;
+  auto& parent = f.open(1, 8, 0);
+  parent.append(md::regions::user, 5);  // a partial last page
+  f.pool.append_tokens(1, 5);
+  f.mgr.advance_to(20);
+  parent.observe_tokens(std::vector<float>(parent.kv_len(), 0.01f));
+  f.mgr.commit(1, f.mgr.select(1, 2), f.pool, md::identity_id{});  // holes
+  auto& child = f.mgr.fork(1, 2, f.pool, md::identity_id{});
+  EXPECT_TRUE(child.managed());
+  EXPECT_EQ(child.digest(), parent.digest());
+  EXPECT_EQ(child.positions(), parent.positions());
+  EXPECT_EQ(f.pool.num_pages(2), child.num_pages());
+  // Full pages are shared, block for block; the partial page is the child's own.
+  for (std::size_t p = 0; p + 1 < child.num_pages(); ++p) {
+    EXPECT_EQ(f.pool.page_at(2, p), f.pool.page_at(1, p));
+    EXPECT_EQ(f.pool.ref_count(f.pool.page_at(1, p)), 2u);
+  }
+  EXPECT_NE(f.pool.page_at(2, child.num_pages() - 1), f.pool.page_at(1, parent.num_pages() - 1));
+  EXPECT_EQ(f.mgr.shared_pages(2).size(), child.num_pages() - 1);
+  EXPECT_EQ(f.mgr.physical_pages(), f.pool.used_blocks());
+  EXPECT_EQ(f.mgr.resident_pages(), 2 * parent.num_pages());
+  EXPECT_THROW(f.mgr.fork(1, 2), md::usage_error) << "the child is open already";
+  EXPECT_THROW(f.mgr.fork(3, 4), md::usage_error) << "no such parent";
+  // From here the same calls give the same victims.
+  f.mgr.advance_to(40);
+  for (auto* s : {&parent, &child}) s->observe_tokens(std::vector<float>(s->kv_len(), 0.02f));
+  EXPECT_EQ(f.mgr.select(1, 3).pages, f.mgr.select(2, 3).pages);
+}
+
+TEST(ManagerFork, TheGlobalBudgetCountsASharedBlockOnce) {
+  // Before, shared pages were simply not counted: during a fork the physical blocks went over `high` unnoticed.
+  fixture f(md::global_budget::pages(14, 12));
+  f.open(1, 10, 0);
+  f.mgr.fork(1, 2, f.pool, md::identity_id{});
+  auto& child = f.mgr.at(2);
+  child.append(md::regions::scratchpad, 6 * P);  // six pages of the child's own
+  f.pool.append_tokens(2, 6 * P);
+  EXPECT_EQ(f.mgr.physical_pages(), 16u);
+  EXPECT_EQ(f.mgr.physical_pages(), f.pool.used_blocks());
+  EXPECT_EQ(f.mgr.reclaimable_pages(), 6u);
+  const auto plan = f.mgr.select_global();
+  EXPECT_EQ(plan.pages_freed, 4u) << "from 16 blocks down to the low watermark, 12";
+  for (const auto& v : plan.victims) {
+    EXPECT_EQ(v.sequence, 2u) << "only the child's own pages free memory";
+    EXPECT_FALSE(v.shared);
+  }
+  f.mgr.commit(plan, f.pool, md::identity_id{});
+  EXPECT_EQ(f.mgr.physical_pages(), 12u);
+  EXPECT_EQ(f.pool.used_blocks(), 12u);
+  // Closing the parent leaves the child the only holder: its pages are its own again.
+  f.mgr.close(1);
+  f.pool.close(1);
+  EXPECT_TRUE(f.mgr.shared_pages(2).empty());
+  EXPECT_EQ(f.mgr.physical_pages(), f.pool.used_blocks());
+}

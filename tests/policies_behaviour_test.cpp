@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memdecay/policies/all.hpp>
-#include <memdecay/policy_sequence.hpp>
+#include <memdecay/sequence.hpp>
 
 #include <Eigen/Core>
 #include <cmath>
@@ -388,7 +388,7 @@ TEST(MemDecayNormalisation, HelpersFollowTheirFormulas) {
 }
 
 TEST(MemDecayNormalisation, LifetimeDividesTheEwmaByItsWeightOverTheTokensLife) {
-  md::basic_policy_sequence<pol::memdecay, double> seq(md::config{
+  md::basic_sequence<pol::memdecay, double> seq(md::config{
       .alpha = 1.0, .ewma_beta = 0.5, .tau = 10.0, .page_size = 1,
       .normalization = md::attention_normalization::lifetime});
   seq.append(md::regions::user, 4);
@@ -406,7 +406,7 @@ TEST(MemDecayNormalisation, LifetimeDividesTheEwmaByItsWeightOverTheTokensLife) 
 TEST(MemDecayNormalisation, LifetimeLetsANewlyArrivedTokenCompeteAtOnce) {
   // Two tokens read at the same rate (4x uniform); B arrived after A had been read 10 times.
   auto attention_gap = [](md::attention_normalization mode) {
-    md::basic_policy_sequence<pol::memdecay, double> seq(
+    md::basic_sequence<pol::memdecay, double> seq(
         md::config{.alpha = 1.0, .ewma_beta = 0.8, .tau = 100.0, .page_size = 1, .normalization = mode});
     seq.append(md::regions::tool_out, 2);  // A (token 0) and a filler
     for (int i = 0; i < 10; ++i) seq.observe_tokens(std::vector<double>{2.0, 0.0});  // x = 4
@@ -420,7 +420,7 @@ TEST(MemDecayNormalisation, LifetimeLetsANewlyArrivedTokenCompeteAtOnce) {
 }
 
 TEST(MemDecayNormalisation, ZscoreCountsStandardDeviationsAboveTheMean) {
-  md::basic_policy_sequence<pol::memdecay, double> seq(md::config{
+  md::basic_sequence<pol::memdecay, double> seq(md::config{
       .alpha = 1.0, .ewma_beta = 0.5, .tau = 1.0, .page_size = 1,
       .normalization = md::attention_normalization::zscore});
   seq.append(md::regions::tool_out, 4);

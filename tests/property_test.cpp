@@ -30,8 +30,8 @@ template <class Seq>
 std::vector<oracle_page> oracle(const Seq& seq, const md::config& cfg) {
   const auto& t = seq.regions();
   const auto regions = seq.state().regions();
-  const auto refreshed = seq.state().last_refresh();
-  const auto ewma = seq.state().ewma();
+  const auto refreshed = seq.policy().last_refresh();
+  const auto ewma = seq.policy().ewma();
   const std::size_t P = cfg.page_size, n = seq.kv_len();
   std::vector<oracle_page> pages;
   for (std::size_t p = 0; p * P < n; ++p) {
@@ -72,7 +72,7 @@ episode_result run_episode(std::uint64_t seed, bool check) {
                  .protection = {.sink_pages = uniform(3), .recent_tokens = uniform(3 * P)},
                  .budget = md::budget_config::tokens(high, high - static_cast<double>(P * uniform(4)))};
   if (uniform(2)) cfg.region_overrides = {{.region = "plan", .pinned = true}};
-  md::basic_sequence<Float> seq(cfg);
+  md::basic_sequence<md::policies::memdecay, Float> seq(cfg);
   md::block_pool<> pool(4096, P);
   pool.open(0);
   episode_result result;

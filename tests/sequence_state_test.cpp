@@ -1,14 +1,14 @@
-// Tests for sequence_state.hpp: appends, page layout, positions after eviction, prefix boundary, clock, digest.
+// Tests for sequence_state.hpp (through token_state.hpp, which adds the MemDecay columns): appends, page layout, positions after eviction, prefix boundary, clock, digest.
 #include <gtest/gtest.h>
 
-#include <memdecay/sequence_state.hpp>
+#include <memdecay/token_state.hpp>
 
 #include <vector>
 
 namespace md = memdecay;
 
 namespace {
-using state4 = md::sequence_state<float, 4>;
+using state4 = md::token_state<float, 4>;
 }
 
 TEST(SequenceState, AppendsSpansAndLabelsInPageOrder) {
@@ -92,7 +92,7 @@ TEST(SequenceState, InvalidRemovalsChangeNothing) {
 
 TEST(SequenceState, DigestSeesEveryField) {
   auto make = [] {
-    md::sequence_state<float, 4> s;
+    md::token_state<float, 4> s;
     s.append(std::vector<md::region_span>{{1, 9}});
     return s;
   };
@@ -113,8 +113,8 @@ TEST(SequenceState, DigestSeesEveryField) {
 }
 
 TEST(SequenceState, DynamicPageSizeMatchesCompileTime) {
-  md::sequence_state<double, md::dynamic_page_size> d(8);
-  md::sequence_state<double, 8> s;
+  md::token_state<double, md::dynamic_page_size> d(8);
+  md::token_state<double, 8> s;
   const std::vector<md::region_span> spans{{0, 5}, {3, 20}};
   d.append(spans);
   s.append(spans);

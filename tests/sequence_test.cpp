@@ -36,12 +36,12 @@ void expect_rejected_unchanged(Sequence& seq, const std::function<void()>& call)
 TEST(Sequence, RejectsInvalidConfigOnConstruction) {
   EXPECT_THROW(md::sequence(md::config{.alpha = -1}), md::config_error);
   EXPECT_THROW(md::sequence(md::config{.page_size = 3}), md::config_error);
-  EXPECT_THROW((md::basic_sequence<float, 16>(md::config{.page_size = 32})), md::config_error);
-  EXPECT_NO_THROW((md::basic_sequence<float, 16>(md::config{.page_size = 16})));
+  EXPECT_THROW((md::basic_sequence<md::policies::memdecay, float, 16>(md::config{.page_size = 32})), md::config_error);
+  EXPECT_NO_THROW((md::basic_sequence<md::policies::memdecay, float, 16>(md::config{.page_size = 16})));
 }
 
 TEST(Sequence, ScoresFollowTheFormula) {
-  md::basic_sequence<double> seq(small_config());
+  md::basic_sequence<md::policies::memdecay, double> seq(small_config());
   seq.append(md::regions::user, 4);
   seq.append(md::regions::scratchpad, 4);
   seq.advance_to(20);
@@ -56,17 +56,17 @@ TEST(Sequence, ScoresFollowTheFormula) {
 }
 
 TEST(Sequence, ObservationUpdatesEwmaAndRefreshes) {
-  md::basic_sequence<double> seq(small_config());
+  md::basic_sequence<md::policies::memdecay, double> seq(small_config());
   seq.append(md::regions::tool_out, 8);
   seq.advance_to(30);
   std::vector<double> mass(8, 0.0);
   mass[2] = 0.6;  // above tau = 0.3: refreshed
   mass[5] = 0.2;  // below: only the EWMA moves
   EXPECT_EQ(seq.observe_tokens(mass), 1u);
-  EXPECT_EQ(seq.state().last_refresh()[2], 30u);
-  EXPECT_EQ(seq.state().last_refresh()[5], 0u);
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[2], 0.3);
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[5], 0.1);
+  EXPECT_EQ(seq.policy().last_refresh()[2], 30u);
+  EXPECT_EQ(seq.policy().last_refresh()[5], 0u);
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[2], 0.3);
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[5], 0.1);
   EXPECT_DOUBLE_EQ(seq.token_terms(2).decay, 0.4);  // dt = 0 again: the full base priority
   // Decay follows the clock between observations.
   seq.advance_to(70);
@@ -77,27 +77,27 @@ TEST(Sequence, UniformNormalisationScalesByResidentTokens) {
   auto cfg = small_config();
   cfg.normalization = md::attention_normalization::uniform;
   cfg.tau = 1.5;
-  md::basic_sequence<double> seq(cfg);
+  md::basic_sequence<md::policies::memdecay, double> seq(cfg);
   seq.append(md::regions::user, 8);
   std::vector<double> mass(8, 1.0 / 8);
   mass[0] = 2.0 / 8;
   mass[1] = 0.0;
   EXPECT_EQ(seq.observe_tokens(mass), 1u);     // only token 0 got more than 1.5x uniform
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[0], 1.0);  // 0.5 * (2/8 * 8)
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[3], 0.5);  // uniform attention: x = 1
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[0], 1.0);  // 0.5 * (2/8 * 8)
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[3], 0.5);  // uniform attention: x = 1
 }
 
 TEST(Sequence, PageObservationsShareMassEvenly) {
-  md::basic_sequence<double> seq(small_config());
+  md::basic_sequence<md::policies::memdecay, double> seq(small_config());
   seq.append(md::regions::user, 6);  // pages of 4 and 2
   const std::vector<double> page_mass{0.4, 1.0};
   EXPECT_EQ(seq.observe_pages(page_mass), 2u);  // 1.0 / 2 = 0.5 > tau; 0.4 / 4 = 0.1 is not
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[0], 0.05);
-  EXPECT_DOUBLE_EQ(seq.state().ewma()[5], 0.25);
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[0], 0.05);
+  EXPECT_DOUBLE_EQ(seq.policy().ewma()[5], 0.25);
 }
 
 TEST(Sequence, HeadAndLayerObservationsReduceWithEigen) {
-  md::basic_sequence<float> a(small_config()), b(small_config());
+  md::basic_sequence<md::policies::memdecay, float> a(small_config()), b(small_config());
   a.append(md::regions::user, 3);
   b.append(md::regions::user, 3);
   Eigen::MatrixXf heads(2, 3);
@@ -200,7 +200,7 @@ TEST(Sequence, CommitWithAPageTableCompactsBoth) {
 }
 
 TEST(Sequence, ExplainPageBreaksTheScoreDownByRegion) {
-  md::basic_sequence<double> seq(small_config());
+  md::basic_sequence<md::policies::memdecay, double> seq(small_config());
   seq.append(md::regions::user, 1);
   seq.append(md::regions::scratchpad, 3);
   seq.advance_to(12);

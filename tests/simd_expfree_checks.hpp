@@ -46,7 +46,7 @@ struct page_truth {
 };
 
 template <class Float, std::size_t PageSize>
-std::vector<page_truth<Float>> truth(const md::sequence_state<Float, PageSize>& s, const ms::region_lut<Float>& lut,
+std::vector<page_truth<Float>> truth(const md::token_state<Float, PageSize>& s, const ms::region_lut<Float>& lut,
                                      Float alpha) {
   std::vector<page_truth<Float>> out(s.num_pages());
   const long double eps = std::numeric_limits<Float>::epsilon();
@@ -94,7 +94,7 @@ struct worst_seen {
 
 /// Compares the exp-free pages of `s` (weights `w`, clock at s.now()) with the exact values and the reference.
 template <ms::isa A, std::size_t PageSize, class Float>
-void check_scores(const md::sequence_state<Float, PageSize>& s, const std::vector<Float>& got,
+void check_scores(const md::token_state<Float, PageSize>& s, const std::vector<Float>& got,
                   const md::region_table& table, const ms::region_lut<Float>& lut, Float alpha,
                   const std::string& where, worst_seen& worst) {
   const auto t = truth(s, lut, alpha);
@@ -127,9 +127,9 @@ void check_weights_normal(const std::vector<Float>& w, const std::string& where)
 
 /// A state of `tokens` random tokens, clocks at or before `now`.
 template <class Float, std::size_t PageSize>
-md::sequence_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
+md::token_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
                                                  md::step_t now, std::mt19937_64& rng) {
-  md::sequence_state<Float, PageSize> s(page_size);
+  md::token_state<Float, PageSize> s(page_size);
   std::vector<md::region_span> spans;
   for (std::size_t done = 0; done < tokens;) {
     const std::size_t run = std::min<std::size_t>(tokens - done, rng() % 3 == 0 ? 1 : 1 + rng() % 40);
@@ -296,7 +296,7 @@ double long_run(md::step_t start, std::size_t steps, std::uint64_t seed, const c
 #else
   constexpr std::size_t check_stride = 8;  // -O0 builds: every 8th step checked (every step still computed)
 #endif
-  md::sequence_state<Float, md::dynamic_page_size> s(1);
+  md::token_state<Float, md::dynamic_page_size> s(1);
   std::vector<md::region_id> labels(tokens);
   for (std::size_t i = 0; i < tokens; ++i) labels[i] = static_cast<md::region_id>(i % table.size());
   s.append(std::span<const md::region_id>(labels));

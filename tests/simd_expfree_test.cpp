@@ -94,9 +94,9 @@ TEST(SimdExpfree, SequenceScoresWithTheExpfreeKernelAcrossRebasesAndEvictions) {
     if (round % 5 == 4) seq.commit(seq.select(seq.num_pages() / 4));
     const auto got = seq.page_scores();
     std::vector<float> ref(seq.num_pages());
-    md::page_scores_reference(seq.state(), seq.regions(), 1.0f, std::span<float>(ref));
+    md::page_scores_reference(md::token_state_of(seq), seq.regions(), 1.0f, std::span<float>(ref));
     const ms::region_lut<float> lut(seq.regions());
-    const auto truth = expfree_checks::truth(seq.state(), lut, 1.0f);
+    const auto truth = expfree_checks::truth(md::token_state_of(seq), lut, 1.0f);
     for (std::size_t p = 0; p < ref.size(); ++p) {
       const long double tol = expfree_checks::exact_tolerance<float>(truth[p].exact, seq.state().tokens_in_page(p));
       ASSERT_LE(std::fabs(got[p] - truth[p].exact), tol) << "round " << round << " page " << p;
@@ -106,8 +106,8 @@ TEST(SimdExpfree, SequenceScoresWithTheExpfreeKernelAcrossRebasesAndEvictions) {
     // A fresh epoch at now over the same state: the same scores to rounding.
     ms::expfree_clock<float> clock(lut);
     std::vector<float> w(seq.kv_len()), fresh(seq.num_pages());
-    ms::reset_expfree(seq.state(), clock, std::span<float>(w));
-    ms::page_scores_expfree(seq.state(), std::span<const float>(w), clock, 1.0f, std::span<float>(fresh));
+    ms::reset_expfree(md::token_state_of(seq), clock, std::span<float>(w));
+    ms::page_scores_expfree(md::token_state_of(seq), std::span<const float>(w), clock, 1.0f, std::span<float>(fresh));
     for (std::size_t p = 0; p < ref.size(); ++p)
       ASSERT_NEAR(fresh[p], got[p], 2 * expfree_checks::exact_tolerance<float>(truth[p].exact, 16)) << p;
     // select() sees the cached scores.
@@ -118,7 +118,7 @@ TEST(SimdExpfree, SequenceScoresWithTheExpfreeKernelAcrossRebasesAndEvictions) {
   // Off again: the polynomial kernel's scores, bit for bit.
   EXPECT_FALSE(seq.use_expfree_scores(false));
   std::vector<float> poly(seq.num_pages());
-  ms::page_scores(seq.state(), ms::region_lut<float>(seq.regions()), 1.0f, std::span<float>(poly));
+  ms::page_scores(md::token_state_of(seq), ms::region_lut<float>(seq.regions()), 1.0f, std::span<float>(poly));
   EXPECT_EQ(seq.page_scores(), poly);
 }
 
@@ -128,7 +128,7 @@ TEST(SimdExpfree, ExpfreeSequenceTracksAPolynomialOneWithinTolerance) {
   for (int twin_seed = 0; twin_seed < 4; ++twin_seed) {
     std::mt19937_64 rng(100 + twin_seed);
     md::config cfg{.page_size = std::size_t{1} << (rng() % 6)};
-    md::basic_sequence<double> plain(cfg), fast(cfg);
+    md::basic_sequence<md::policies::memdecay, double> plain(cfg), fast(cfg);
     ASSERT_FALSE(plain.use_expfree_scores(false));
     ASSERT_TRUE(fast.expfree_scores());
     md::step_t now = 0;
@@ -152,7 +152,7 @@ TEST(SimdExpfree, ExpfreeSequenceTracksAPolynomialOneWithinTolerance) {
       }
       const auto a = plain.page_scores(), b = fast.page_scores();
       const ms::region_lut<double> lut(plain.regions());
-      const auto truth = expfree_checks::truth(plain.state(), lut, static_cast<double>(cfg.alpha));
+      const auto truth = expfree_checks::truth(md::token_state_of(plain), lut, static_cast<double>(cfg.alpha));
       for (std::size_t p = 0; p < a.size(); ++p)
         ASSERT_NEAR(a[p], b[p], 4 * expfree_checks::exact_tolerance<double>(truth[p].exact, 64) + truth[p].arg_slack)
             << "round " << round << " page " << p;
@@ -170,7 +170,7 @@ TEST(SimdExpfree, SequenceOutsideTheDomainUsesThePolynomialKernel) {
   for (int k = 0; k < 40; ++k) seq.append(static_cast<md::region_id>(k % 7), 1 + k % 13);
   seq.advance_to(37);
   std::vector<float> expected(seq.num_pages());
-  ms::page_scores(seq.state(), ms::region_lut<float>(seq.regions()), static_cast<float>(cfg.alpha),
+  ms::page_scores(md::token_state_of(seq), ms::region_lut<float>(seq.regions()), static_cast<float>(cfg.alpha),
                   std::span<float>(expected));
   EXPECT_EQ(seq.page_scores(), expected);
 }

@@ -128,9 +128,9 @@ inline md::region_table random_regions(std::size_t count, std::mt19937_64& rng) 
 
 /// A state of `tokens` tokens with random regions (runs and singles), clocks and EWMA, at step `now`.
 template <class Float, std::size_t PageSize>
-md::sequence_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
+md::token_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
                                                  md::step_t now, std::mt19937_64& rng) {
-  md::sequence_state<Float, PageSize> s(page_size);
+  md::token_state<Float, PageSize> s(page_size);
   std::vector<md::region_span> spans;
   for (std::size_t done = 0; done < tokens;) {
     const std::size_t run = std::min<std::size_t>(tokens - done, rng() % 3 == 0 ? 1 : 1 + rng() % 40);

@@ -32,7 +32,7 @@ TEST(SimdScoreKernel, SequenceUsesTheKernelAndAgreesWithTheReference) {
   seq.observe_tokens(mass);
   const auto fast = seq.page_scores();
   std::vector<float> ref(seq.num_pages());
-  md::page_scores_reference(seq.state(), seq.regions(), 1.0f, std::span<float>(ref));
+  md::page_scores_reference(md::token_state_of(seq), seq.regions(), 1.0f, std::span<float>(ref));
   ASSERT_EQ(fast.size(), ref.size());
   for (std::size_t p = 0; p < ref.size(); ++p)
     EXPECT_NEAR(fast[p], ref[p], simd_checks::score_tolerance(ref[p], seq.state().tokens_in_page(p))) << p;
@@ -40,15 +40,15 @@ TEST(SimdScoreKernel, SequenceUsesTheKernelAndAgreesWithTheReference) {
     md::sequence twin(md::config{.normalization = md::attention_normalization::uniform});
     for (std::size_t p = 0; p < seq.kv_len(); ++p) twin.append(seq.state().regions()[p]);
     twin.advance_to(500);
-    auto ewma = std::vector<float>(twin.state().ewma().begin(), twin.state().ewma().end());
-    auto clocks = std::vector<md::step_t>(twin.state().last_refresh().begin(), twin.state().last_refresh().end());
+    auto ewma = std::vector<float>(twin.policy().ewma().begin(), twin.policy().ewma().end());
+    auto clocks = std::vector<md::step_t>(twin.policy().last_refresh().begin(), twin.policy().last_refresh().end());
     md::observation_params<float> obs{0.9f, 0.01f, static_cast<float>(seq.kv_len())};
     md::observe_tokens_reference<float>(ewma, clocks, mass, 500, obs);
-    for (std::size_t i = 0; i < ewma.size(); ++i) ASSERT_EQ(ewma[i], seq.state().ewma()[i]) << i;
-    EXPECT_TRUE(std::equal(clocks.begin(), clocks.end(), seq.state().last_refresh().begin()));
+    for (std::size_t i = 0; i < ewma.size(); ++i) ASSERT_EQ(ewma[i], seq.policy().ewma()[i]) << i;
+    EXPECT_TRUE(std::equal(clocks.begin(), clocks.end(), seq.policy().last_refresh().begin()));
   }
   std::vector<float> fresh(seq.num_pages());
-  ms::page_scores(seq.state(), ms::region_lut<float>(seq.regions()), 1.0f, std::span<float>(fresh));
+  ms::page_scores(md::token_state_of(seq), ms::region_lut<float>(seq.regions()), 1.0f, std::span<float>(fresh));
   EXPECT_EQ(fresh, fast);
   // The victims equal the reference selection on the reference scores whenever no two scores are within the
   // tolerance of each other around the cut (checked on the kernel's own scores, where they must be equal).

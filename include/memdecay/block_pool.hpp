@@ -96,6 +96,29 @@ class block_pool {
     e.tokens += tokens;
   }
 
+  /// Opens `to` as a fork of `from` (parallel sampling, beam search, an agent branch): it shares every full page
+  /// of `from` (reference counts up by one) and gets a fresh block for the partial last page, whose K/V the
+  /// engine copies (copy on write). usage_error if `from` is not open or `to` is; input_error if no block is free
+  /// for the partial page. Changes nothing on error.
+  void fork(const SequenceId& from, const SequenceId& to) {
+    const auto& source = find(from);
+    if (seqs_.contains(to)) detail::raise_usage("fork: the target sequence is already open in the block pool");
+    const std::size_t full = source.tokens / page_size_;
+    const bool partial = source.tokens % page_size_ != 0;
+    if (partial && free_.empty()) detail::raise_input("block pool exhausted: fork needs a block for the partial page");
+    entry e;
+    e.blocks.reserve(source.blocks.size());
+    e.blocks.assign(source.blocks.begin(), source.blocks.begin() + static_cast<std::ptrdiff_t>(full));
+    auto& target = seqs_.emplace(to, std::move(e)).first->second;  // may throw: nothing counted yet
+    for (PageId id : target.blocks) ++refs_[static_cast<std::size_t>(id)];
+    if (partial) {
+      target.blocks.push_back(free_.back());  // within the reserved capacity
+      refs_[static_cast<std::size_t>(free_.back())] = 1;
+      free_.pop_back();
+    }
+    target.tokens = source.tokens;
+  }
+
   /// Starts the open, empty sequence `to` with the first `pages` full pages of `from`, sharing their blocks
   /// (each block's reference count goes up by one). usage_error, changing nothing, when either sequence is not
   /// open, `to` already holds tokens, or `from` has fewer than `pages` full pages. Only full pages can be shared:

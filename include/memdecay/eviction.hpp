@@ -22,6 +22,7 @@
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
 #include "memdecay/sequence_state.hpp"
+#include "memdecay/token_state.hpp"
 
 namespace memdecay {
 
@@ -49,7 +50,7 @@ enum class page_status : std::uint8_t {
 
 /// Per-page scores: out[p] = mean over the page's tokens of b_r * exp(-lambda_r * dt) + alpha * a.
 template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
-void page_scores_reference(const sequence_state<Float, PageSize>& state, const Regions& table, Float alpha,
+void page_scores_reference(const token_state<Float, PageSize>& state, const Regions& table, Float alpha,
                            std::span<Float> out) noexcept {
   const auto regions = state.regions();
   const auto refreshed = state.last_refresh();
@@ -65,8 +66,8 @@ void page_scores_reference(const sequence_state<Float, PageSize>& state, const R
 
 /// The status of every page, given the config's protections and an optional caller-protected set (sorted or
 /// not; indices past the end are ignored).
-template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
-void page_statuses(const sequence_state<Float, PageSize>& state, const Regions& table,
+template <std::size_t PageSize, region_table_like Regions>
+void page_statuses(const sequence_state<PageSize>& state, const Regions& table,
                    const protection_config& protection, std::span<const std::size_t> caller_protected,
                    std::span<page_status> out) noexcept {
   const std::size_t pages = state.num_pages(), P = state.page_size(), n = state.kv_len();

@@ -7,24 +7,35 @@
 //   mgr.advance_to(step);                          // every clock, and the end of last step's protections
 //   mgr.protect_tail_tokens(request_id, 4);        // speculative tokens still read these pages this step
 //   auto plan = mgr.select_global();               // phase 1: pure
-//   auto released = mgr.commit(plan, pool);        // phase 2: every table and state, all or nothing
+//   auto released = mgr.commit(plan, pool, memdecay::identity_id{});  // phase 2: every table and state, all or
+//                                                                     // nothing; the id map is always named
+//
+// One manager serves every policy: basic_manager<Sequence> manages any sequence_like type (sequence_like.hpp),
+// so basic_manager<memdecay::policy_sequence<memdecay::policies::h2o>> runs H2O under the same budgets.
 //
 // Selection works in two passes. First every sequence's own budget (config::budget) picks its victims with the
-// sequence's own order (score, page). Then, while the pages the pool could reclaim exceed the global budget's
-// high watermark, the lowest-scoring remaining evictable pages of all sequences go, until the low watermark is
-// reached, in the total order (score, sequence id, logical page). Sequences live in an ordered map and every
-// tie is broken by ids, so the victims are a pure function of the calls and do not depend on the order sequences
-// were opened in, on hashing or on threads: every tensor-parallel rank that makes the same calls gets the same
-// victims, and digest() lets the ranks check it with one all-gathered number.
+// sequence's own order (score, page). Then, while the physical blocks the sequences hold exceed the global
+// budget's high watermark, the lowest-scoring remaining evictable private pages of all sequences go, until the low
+// watermark is reached, in the total order (score, tie hash, sequence id, logical page). The tie hash is a
+// splitmix64 of (sequence id, original page): equal scores (a cold start, identical sequences) spread over the
+// sequences instead of all going to the lowest id, and the order is still a pure function of the calls.
+// Sequences live in an ordered map and every tie is broken by ids, so the victims do not depend on the order
+// sequences were opened in, on hashing or on threads: every tensor-parallel rank that makes the same calls gets
+// the same victims, and digest() lets the ranks check it with one all-gathered number.
 //
-// Shared pages. A page that other requests also hold (reference count > 1: a shared prefix, a beam fork) frees no
-// memory when one holder evicts it. Flag such pages (set_shared, or mark_shared_from a table that counts
-// references): they still count toward their sequence's own budget, which is about attention cost and is
-// lowered by evicting them, but the global pass never picks them and they are not counted as reclaimable.
+// Shared pages. A page whose block other holders also hold (a shared prefix, a fork) frees no memory when one
+// holder evicts it. The manager knows the sharing it makes (fork) and the sharing it is told (set_shared for
+// holders outside the manager, mark_shared_from a table that counts references). Shared pages still count toward
+// their sequence's own budget, which is about attention cost and is lowered by evicting them, but the global pass
+// never picks them, and the global budget counts each shared block once (physical_pages()).
 //
 // Protection for a step. Pages that in-flight or speculative tokens still read (vLLM frees "on the
 // processed-token basis" for this reason) can be protected until the next advance_to(): no pass selects them, and
-// no commit removes them (a plan selected before the protection is rejected, like a stale one).
+// no commit removes them (a plan selected before the protection is rejected, like a stale one). A managed
+// sequence's own commit() refuses, so no path removes a page around these protections.
+//
+// The clock. The manager has one (now()); open() starts a sequence at it, so a sequence opened mid-run does not
+// look stale.
 //
 // Prefix cache. prefix_cache_boundary(id) is the sequence's first evicted original page: the engine must not hash
 // or reuse blocks at or after it, because their K/V were computed with context that is gone.
@@ -52,7 +63,10 @@
 #include "memdecay/detail/error.hpp"
 #include "memdecay/eviction.hpp"
 #include "memdecay/page_table.hpp"
+#include "memdecay/detail/sequence_rules.hpp"
+#include "memdecay/policy.hpp"
 #include "memdecay/sequence.hpp"
+#include "memdecay/sequence_like.hpp"
 
 namespace memdecay {
 
@@ -130,8 +144,9 @@ struct global_eviction_plan {
   }
 };
 
-/// The default map from a manager's sequence id to a page table's: the same number. Engines whose table is
-/// indexed by batch row pass their own (a lambda from request id to row).
+/// The map from a manager's sequence id to a page table's when they are the same number (block_pool keyed by
+/// request id). Every commit names its map: a table indexed by batch row (vLLM, SGLang) takes a lambda from
+/// request id to row, and a wrong map cannot pass silently as the default.
 struct identity_id {
   template <class Id>
   constexpr Id operator()(Id id) const noexcept {
@@ -139,41 +154,86 @@ struct identity_id {
   }
 };
 
-template <std::floating_point Float = float, std::size_t PageSize = dynamic_page_size,
-          std::integral SequenceId = std::uint64_t>
+/// The basic_manager's policy-independent part: the sequence type decides the policy, the score type and the
+/// page size (basic_manager<policy_sequence<policies::h2o>> manages H2O sequences).
+template <class Sequence = sequence, std::integral SequenceId = std::uint64_t>
 class basic_manager {
+  static_assert(sequence_like<Sequence>, "basic_manager manages a sequence_like type (sequence_like.hpp)");
+
  public:
-  using sequence_type = basic_sequence<Float, PageSize>;
+  using sequence_type = Sequence;
   using sequence_id = SequenceId;
-  using plan_type = eviction_plan<Float>;
-  using global_plan_type = global_eviction_plan<Float, SequenceId>;
+  using float_type = typename Sequence::float_type;
+  using params_type = typename Sequence::params_type;
+  using plan_type = eviction_plan<float_type>;
+  using global_plan_type = global_eviction_plan<float_type, SequenceId>;
 
   /// config_error for an invalid page size or global budget.
   explicit basic_manager(manager_config cfg = {}) : config_(cfg) {
     if (cfg.page_size == 0 || !std::has_single_bit(cfg.page_size))
       detail::raise_config("manager page_size = " + detail::to_text(cfg.page_size) + " (must be a power of two)");
-    if (PageSize != dynamic_page_size && cfg.page_size != PageSize)
-      detail::raise_config("manager page_size = " + detail::to_text(cfg.page_size) + " but the sequences are compiled for " +
-                           detail::to_text(PageSize));
+    if (Sequence::static_page_size != dynamic_page_size && cfg.page_size != Sequence::static_page_size)
+      detail::raise_config("manager page_size = " + detail::to_text(cfg.page_size) +
+                           " but the sequences are compiled for " + detail::to_text(Sequence::static_page_size));
     cfg.global.validate();
   }
 
   [[nodiscard]] const manager_config& get_config() const noexcept { return config_; }
   [[nodiscard]] std::size_t page_size() const noexcept { return config_.page_size; }
+  /// The manager's clock: the last advance_to() step (0 before the first).
+  [[nodiscard]] step_t now() const noexcept { return now_; }
 
   // --- sequences ---------------------------------------------------------------------------------------------
-  /// Opens a sequence with its own config (validated: config_error; its page size must be the manager's).
-  /// usage_error if `id` is already open. Nothing changes on error.
-  sequence_type& open(SequenceId id, config cfg) {
-    if (entries_.contains(id)) detail::raise_usage("sequence " + detail::to_text(id) + " is already open");
+  /// Opens a sequence with its own config and policy parameters (validated: config_error; its page size must be
+  /// the manager's), at the manager's clock: a sequence opened mid-run starts at now(), so its first tokens are
+  /// fresh. usage_error if `id` is already open. Nothing changes on error. The returned sequence labels and
+  /// observes as usual; its commits go through the manager (commit(), so that this step's protections hold).
+  sequence_type& open(SequenceId id, config cfg, const params_type& params = {}) {
+    if (entries_.contains(id)) detail::raise_usage("open: sequence " + detail::to_text(id) + " is already open");
     if (cfg.page_size != page_size())
       detail::raise_config("sequence " + detail::to_text(id) + " page_size = " + detail::to_text(cfg.page_size) +
                            ", the manager's is " + detail::to_text(page_size()));
-    auto seq = std::make_unique<sequence_type>(std::move(cfg));
-    return *entries_.emplace(id, entry{std::move(seq), {}, {}}).first->second.seq;
+    auto seq = std::make_unique<sequence_type>(std::move(cfg), params);
+    seq->advance_to(now_);
+    return adopt(id, std::move(seq));
+  }
+  /// Opens `child` as a copy of `parent`: the same layout (holes and positions included), labels, clock and
+  /// policy state, so the child evicts as the parent would. The parent's full pages become shared between the
+  /// two (each physical block counts once toward the global budget; neither evicts it in the global pass while
+  /// both hold it); the partial last page is the child's own (the engine copies it: copy on write). usage_error,
+  /// changing nothing, if `parent` is not open or `child` is.
+  sequence_type& fork(SequenceId parent, SequenceId child) {
+    auto& p = find_entry(parent, "fork")->second;
+    if (entries_.contains(child))
+      detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    auto seq = std::make_unique<sequence_type>(*p.seq);  // may throw: nothing changed yet
+    auto& out = adopt(child, std::move(seq));
+    share_full_pages(p, find_entry(child, "fork")->second);
+    return out;
+  }
+  /// fork(parent, child) and the table's fork(table_id(parent), table_id(child)) together (block_pool::fork
+  /// shares the full blocks and gives the child a block for the partial page). usage_error, changing neither,
+  /// if the table disagrees with the parent or refuses the fork.
+  template <class Table, class IdMap>
+    requires page_table<Table> && requires(Table& t, const typename Table::sequence_id& a) { t.fork(a, a); }
+  sequence_type& fork(SequenceId parent, SequenceId child, Table& table, IdMap table_id) {
+    const auto& p = find_entry(parent, "fork")->second;
+    if (entries_.contains(child))
+      detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    detail::check_page_table(table, table_id_of<Table>(table_id, parent), p.seq->page_size(), p.seq->num_pages(),
+                             "fork: sequence " + detail::to_text(parent));
+    auto seq = std::make_unique<sequence_type>(*p.seq);
+    table.fork(table_id_of<Table>(table_id, parent), table_id_of<Table>(table_id, child));  // may throw
+    auto& out = adopt(child, std::move(seq));  // bad_alloc here leaves the table forked: the engine closes it
+    share_full_pages(find_entry(parent, "fork")->second, find_entry(child, "fork")->second);
+    return out;
   }
   /// Forgets a sequence (the engine releases its blocks). usage_error if it is not open.
-  void close(SequenceId id) { entries_.erase(find_entry(id)); }
+  void close(SequenceId id) {
+    auto it = find_entry(id, "close");
+    for (const auto& [origin, key] : it->second.shared) release_key(key);
+    entries_.erase(it);
+  }
   [[nodiscard]] bool contains(SequenceId id) const noexcept { return entries_.contains(id); }
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
   /// The open sequences' ids, ascending.
@@ -183,9 +243,10 @@ class basic_manager {
     for (const auto& [id, e] : entries_) out.push_back(id);
     return out;
   }
-  /// The sequence `id` (usage_error if it is not open). Its own API labels, observes and selects as usual.
-  [[nodiscard]] sequence_type& at(SequenceId id) { return *find_entry(id)->second.seq; }
-  [[nodiscard]] const sequence_type& at(SequenceId id) const { return *find_entry(id)->second.seq; }
+  /// The sequence `id` (usage_error if it is not open). It labels, observes and selects as usual; its own commit
+  /// refuses (usage_error: a managed sequence commits through the manager).
+  [[nodiscard]] sequence_type& at(SequenceId id) { return *find_entry(id, "at")->second.seq; }
+  [[nodiscard]] const sequence_type& at(SequenceId id) const { return *find_entry(id, "at")->second.seq; }
 
   /// The first original page of `id` that was evicted: do not hash or reuse (prefix-cache) its blocks from there
   /// on. Empty while nothing was evicted.
@@ -207,21 +268,32 @@ class basic_manager {
     for (const auto& [id, e] : entries_) n += e.seq->num_pages();
     return n;
   }
-  /// Resident pages that are not flagged shared: what eviction could give back to the pool.
+  /// Resident pages whose block no one else holds: what eviction could give back to the pool.
   [[nodiscard]] std::size_t reclaimable_pages() const {
     std::size_t n = 0;
-    for (const auto& [id, e] : entries_) n += e.seq->num_pages() - count_resident(e, e.shared);
+    for (const auto& [id, e] : entries_) n += e.seq->num_pages() - count_sharing(e);
     return n;
+  }
+  /// Physical blocks the open sequences hold: private pages, plus each shared block once. The global budget is
+  /// measured in these.
+  [[nodiscard]] std::size_t physical_pages() const {
+    std::size_t shared_blocks = 0;
+    for (const auto& [key, b] : blocks_) shared_blocks += is_shared(b) ? 1 : 0;
+    return reclaimable_pages() + shared_blocks;
   }
 
   // --- the clock and per-step protection ----------------------------------------------------------------------
-  /// Moves every sequence's clock to `step` and ends the protections of the last step. input_error, changing
-  /// nothing, if any sequence is already past `step`.
+  /// Moves the manager's and every sequence's clock to `step` and ends the protections of the last step.
+  /// input_error, changing nothing, if the manager or any sequence is already past `step`.
   void advance_to(step_t step) {
+    if (step < now_)
+      detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
+                          ") but the manager is at step " + detail::to_text(now_));
     for (const auto& [id, e] : entries_)
       if (e.seq->now() > step)
-        detail::raise_input("clock goes backwards: advance_to(" + detail::to_text(step) + ") but sequence " +
-                            detail::to_text(id) + " is at step " + detail::to_text(e.seq->now()));
+        detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
+                            ") but sequence " + detail::to_text(id) + " is at step " + detail::to_text(e.seq->now()));
+    now_ = step;
     for (auto& [id, e] : entries_) {
       e.seq->advance_to(step);
       e.protected_origins.clear();
@@ -231,14 +303,14 @@ class basic_manager {
   /// speculative tokens still read. usage_error for an unknown sequence, input_error for a page that does not
   /// exist; nothing changes on error.
   void protect_pages(SequenceId id, std::span<const std::size_t> pages) {
-    auto& e = find_entry(id)->second;
-    const auto origins = origins_of(e, pages, "protect_pages");
+    auto& e = find_entry(id, "protect_pages")->second;
+    const auto origins = origins_of(e, id, pages, "protect_pages");
     e.protected_origins.insert(origins.begin(), origins.end());
   }
   /// Protects every page holding one of the last `tokens` resident tokens of `id` (speculative drafts, tokens of
   /// an in-flight step) until the next advance_to().
   void protect_tail_tokens(SequenceId id, std::size_t tokens) {
-    auto& e = find_entry(id)->second;
+    auto& e = find_entry(id, "protect_tail_tokens")->second;
     const std::size_t n = e.seq->kv_len();
     if (tokens == 0 || n == 0) return;
     const std::size_t first = tokens >= n ? 0 : (n - tokens) / page_size();
@@ -250,54 +322,74 @@ class basic_manager {
   }
   /// The pages of `id` protected for this step, ascending logical indices.
   [[nodiscard]] std::vector<std::size_t> protected_pages(SequenceId id) const {
-    const auto& e = find_entry(id)->second;
-    return resident_indices(e, e.protected_origins);
+    const auto& e = find_entry(id, "protected_pages")->second;
+    return resident_indices(e, [&](std::uint64_t o) { return e.protected_origins.contains(o); });
   }
 
   // --- shared pages ------------------------------------------------------------------------------------------
-  /// Flags (or unflags) logical pages of `id` as shared with other requests. The flag follows the page through
-  /// compaction and ends with its eviction. usage_error for an unknown sequence, input_error for a page that
-  /// does not exist; nothing changes on error.
+  /// Flags (or unflags) logical pages of `id` as shared with holders the manager does not see (another engine
+  /// structure, a prefix cache). The flag follows the page through compaction and ends with its eviction.
+  /// usage_error for an unknown sequence, input_error for a page that does not exist; nothing changes on error.
   void set_shared(SequenceId id, std::span<const std::size_t> pages, bool shared = true) {
-    auto& e = find_entry(id)->second;
-    const auto origins = origins_of(e, pages, "set_shared");
+    auto& e = find_entry(id, "set_shared")->second;
+    const auto origins = origins_of(e, id, pages, "set_shared");
     for (std::uint64_t o : origins) {
-      if (shared) e.shared.insert(o);
-      else e.shared.erase(o);
+      auto it = e.shared.find(o);
+      if (shared) {
+        if (it == e.shared.end()) it = link(e, o, next_key_++);
+        blocks_[it->second].external = true;
+      } else if (it != e.shared.end()) {
+        release_key(it->second);
+        e.shared.erase(it);
+      }
     }
   }
   /// Re-flags every page of every sequence from a table that counts references: shared exactly when its physical
-  /// page has more than one holder. `table_id` maps a manager id to the table's (identity by default).
-  /// usage_error, changing nothing, if the table does not hold a sequence or holds a different number of pages.
-  template <shared_page_table Table, class IdMap = identity_id>
-  void mark_shared_from(const Table& table, IdMap table_id = {}) {
-    std::map<SequenceId, std::set<std::uint64_t>> flags;
+  /// page has more than one holder, holders in this manager found by their physical ids (so the global budget
+  /// counts the block once). `table_id` maps a manager id to the table's. usage_error, changing nothing, if the
+  /// table does not hold a sequence or holds a different number of pages. Cost: O(resident pages) table lookups.
+  template <shared_page_table Table, class IdMap>
+  void mark_shared_from(const Table& table, IdMap table_id) {
+    for (const auto& [id, e] : entries_)
+      detail::check_page_table(table, table_id_of<Table>(table_id, id), e.seq->page_size(), e.seq->num_pages(),
+                               "mark_shared_from: sequence " + detail::to_text(id));
+    std::map<SequenceId, std::map<std::uint64_t, std::uint64_t>> flags;
+    std::map<std::uint64_t, block_holders> blocks;
     for (const auto& [id, e] : entries_) {
       const auto tid = table_id_of<Table>(table_id, id);
-      check_table_agrees(table, tid, id, *e.seq);
       auto& f = flags[id];
       const auto origins = e.seq->state().page_origins();
-      for (std::size_t p = 0; p < e.seq->num_pages(); ++p)
-        if (static_cast<std::size_t>(table.ref_count(table.page_at(tid, p))) > 1) f.insert(origins[p]);
+      for (std::size_t p = 0; p < e.seq->num_pages(); ++p) {
+        const auto block = table.page_at(tid, p);
+        const auto refs = static_cast<std::size_t>(table.ref_count(block));
+        if (refs <= 1) continue;
+        const std::uint64_t key = static_cast<std::uint64_t>(block);  // physical ids sit below the synthetic keys
+        f.emplace(origins[p], key);
+        auto& b = blocks[key];
+        ++b.holders;
+        b.table_refs = refs;
+      }
     }
+    for (auto& [key, b] : blocks) b.external = b.table_refs > b.holders;
     for (auto& [id, e] : entries_) e.shared = std::move(flags[id]);
+    blocks_ = std::move(blocks);
   }
-  /// The pages of `id` flagged shared, ascending logical indices.
+  /// The pages of `id` whose block someone else also holds, ascending logical indices.
   [[nodiscard]] std::vector<std::size_t> shared_pages(SequenceId id) const {
-    const auto& e = find_entry(id)->second;
-    return resident_indices(e, e.shared);
+    const auto& e = find_entry(id, "shared_pages")->second;
+    return resident_indices(e, [&](std::uint64_t o) { return shares_memory(e, o); });
   }
 
   // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
   /// What `id`'s own budget asks for, honouring this step's protections.
   [[nodiscard]] plan_type select(SequenceId id) const {
-    const auto& e = find_entry(id)->second;
-    return e.seq->select_for_budget(resident_indices(e, e.protected_origins));
+    const auto& e = find_entry(id, "select")->second;
+    return e.seq->select_for_budget(protected_pages(id));
   }
   /// The `k` lowest-scoring evictable pages of `id`, honouring this step's protections.
   [[nodiscard]] plan_type select(SequenceId id, std::size_t k) const {
-    const auto& e = find_entry(id)->second;
-    return e.seq->select(k, resident_indices(e, e.protected_origins));
+    const auto& e = find_entry(id, "select")->second;
+    return e.seq->select(k, protected_pages(id));
   }
   /// Every sequence's own budget, then the global budget; see the top of this file. `pages_to_free`: the engine
   /// needs at least this many blocks back now (say, to admit a request); the plan frees at least that many in
@@ -305,52 +397,47 @@ class basic_manager {
   /// budget and the request ask for more, the larger need wins and names the reason.
   [[nodiscard]] global_plan_type select_global(std::size_t pages_to_free = 0) const {
     global_plan_type out;
-    struct candidate {
-      Float score;
-      SequenceId sequence;
-      std::size_t page;
-    };
     std::vector<candidate> pool;
     std::map<SequenceId, std::vector<std::size_t>> chosen;  // per sequence, pages the first pass took
     std::size_t reclaimable = 0;
 
     // Pass 1: each sequence's own budget. Also gathers the candidates of pass 2.
     for (const auto& [id, e] : entries_) {
-      const auto protect = resident_indices(e, e.protected_origins);
-      const auto shared = resident_flags(e, e.shared);
+      const auto protect = protected_pages(id);
       const auto plan = e.seq->select_for_budget(protect);
       const auto scores = e.seq->page_scores();
       const auto status = e.seq->page_statuses(protect);
+      const auto origins = e.seq->state().page_origins();
       auto& taken = chosen[id];
       taken = plan.pages;
       for (std::size_t k = 0; k < plan.pages.size(); ++k) {
         const std::size_t p = plan.pages[k];
-        out.victims.push_back({id, p, plan.scores[k], shared[p], eviction_reason::sequence_budget});
-        if (!shared[p]) ++out.pages_freed;
+        const bool shared = shares_memory(e, origins[p]);
+        out.victims.push_back({id, p, plan.scores[k], shared, eviction_reason::sequence_budget});
+        if (!shared) ++out.pages_freed;
       }
       for (std::size_t p = 0; p < scores.size(); ++p) {
-        if (!shared[p]) ++reclaimable;
-        if (status[p] == page_status::evictable && !shared[p] &&
+        const bool shared = shares_memory(e, origins[p]);
+        if (!shared) ++reclaimable;
+        if (status[p] == page_status::evictable && !shared &&
             !std::binary_search(plan.pages.begin(), plan.pages.end(), p))
-          pool.push_back({scores[p], id, p});
+          pool.push_back({scores[p], tie_rank(id, origins[p]), id, p});
       }
     }
 
-    // Pass 2: the global budget (and the caller's request), over every sequence in one total order.
-    const std::size_t after_pass_1 = reclaimable - out.pages_freed;
+    // Pass 2: the global budget (in physical blocks) and the caller's request, over every sequence in one order.
+    std::size_t shared_blocks = 0;
+    for (const auto& [key, b] : blocks_) shared_blocks += is_shared(b) ? 1 : 0;
+    const std::size_t after_pass_1 = reclaimable + shared_blocks - out.pages_freed;
     std::size_t budget_need = 0;
-    if (!config_.global.is_unlimited() && after_pass_1 > config_.global.high) budget_need = after_pass_1 - config_.global.low;
+    if (!config_.global.is_unlimited() && after_pass_1 > config_.global.high)
+      budget_need = after_pass_1 - config_.global.low;
     const std::size_t request_need = pages_to_free > out.pages_freed ? pages_to_free - out.pages_freed : 0;
     const std::size_t need = std::max(budget_need, request_need);
-    const eviction_reason reason = budget_need >= request_need ? eviction_reason::global_budget : eviction_reason::requested;
+    const eviction_reason reason =
+        budget_need >= request_need ? eviction_reason::global_budget : eviction_reason::requested;
     const std::size_t take = std::min(need, pool.size());
-    const auto before = [](const candidate& a, const candidate& b) {
-      if (a.score < b.score) return true;
-      if (b.score < a.score) return false;
-      if (a.sequence != b.sequence) return a.sequence < b.sequence;
-      return a.page < b.page;
-    };
-    std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(take), pool.end(), before);
+    std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(take), pool.end());
     for (std::size_t k = 0; k < take; ++k) {
       out.victims.push_back({pool[k].sequence, pool[k].page, pool[k].score, false, reason});
       chosen[pool[k].sequence].push_back(pool[k].page);
@@ -359,101 +446,134 @@ class basic_manager {
     out.pages_short = need - take;
 
     std::sort(out.victims.begin(), out.victims.end(), [&](const auto& a, const auto& b) {
-      return before({a.score, a.sequence, a.page}, {b.score, b.sequence, b.page});
+      return candidate_of(a) < candidate_of(b);
     });
     for (auto& [id, pages] : chosen) {
       if (pages.empty()) continue;
       std::sort(pages.begin(), pages.end());
-      out.plans.emplace(id, make_plan(id, std::move(pages)));
+      const auto& seq = at(id);
+      const std::size_t requested = pages.size();
+      out.plans.emplace(id, detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget,
+                                                               seq.page_scores(), std::move(pages), requested));
     }
     return out;
   }
 
   // --- commit (phase 2) ----------------------------------------------------------------------------------------
-  /// Applies a global plan to the engine's page table and every sequence's state. All plans are checked against
-  /// their sequences and (for a checked_page_table) the table before anything changes, so a rejected commit
-  /// changes nothing: usage_error for a stale plan, an unknown sequence, a page protected for this step or a
-  /// table that disagrees. Returns, per sequence, what the table's remove_pages returned (freed ids or slot
-  /// ranges) when it returns anything.
-  template <page_table Table, class IdMap = identity_id>
-  auto commit(const global_plan_type& plan, Table& table, IdMap table_id = {}) {
-    for (const auto& [id, p] : plan.plans) {
-      const auto& e = find_entry(id)->second;
-      const auto tid = table_id_of<Table>(table_id, id);
-      check_plan(*e.seq, p);
-      check_unprotected(e, id, p);
-      check_table_agrees(table, tid, id, *e.seq);
-      if constexpr (checked_page_table<Table>) table.check_remove_pages(tid, p.pages);
-    }
-    using result = decltype(table.remove_pages(std::declval<const typename Table::sequence_id&>(), std::span<const std::size_t>{}));
+  /// Applies a global plan to the engine's page table and every sequence's state. `table_id` maps a manager id
+  /// to the table's (a row index for the vLLM and SGLang views; identity_id{} when they are the same number).
+  /// All plans are checked against their sequences and (for a checked_page_table) the table before anything
+  /// changes, so a rejected commit changes nothing: usage_error, naming the call and the sequence, for a stale
+  /// plan, an unknown sequence, a page protected for this step or a table that disagrees. Returns, per sequence,
+  /// what the table's remove_pages returned when it returns anything.
+  template <page_table Table, class IdMap>
+  auto commit(const global_plan_type& plan, Table& table, IdMap table_id) {
+    for (const auto& [id, p] : plan.plans) check_commit(id, p, table, table_id_of<Table>(table_id, id));
+    using result = decltype(table.remove_pages(std::declval<const typename Table::sequence_id&>(),
+                                               std::span<const std::size_t>{}));
     if constexpr (std::is_void_v<result>) {
       for (const auto& [id, p] : plan.plans) apply(id, p, table, table_id_of<Table>(table_id, id));
     } else {
       std::map<SequenceId, result> released;
-      for (const auto& [id, p] : plan.plans) released.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
+      for (const auto& [id, p] : plan.plans)
+        released.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
       return released;
     }
   }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
   /// changing nothing, if any plan is stale or names a page protected for this step.
   void commit(const global_plan_type& plan) {
+    for (const auto& [id, p] : plan.plans) check_commit(id, p);
     for (const auto& [id, p] : plan.plans) {
-      const auto& e = find_entry(id)->second;
-      check_plan(*e.seq, p);
-      check_unprotected(e, id, p);
-    }
-    for (const auto& [id, p] : plan.plans) {
-      auto& e = find_entry(id)->second;
-      forget_evicted(e, p.pages);
-      e.seq->commit(p);
+      auto& e = find_entry(id, "commit")->second;
+      forget(e, evicted_origins(e, p.pages));
+      e.seq->remove(p.pages);
     }
   }
-  /// Applies one sequence's plan to the table and the state (see basic_sequence::commit).
-  template <page_table Table, class IdMap = identity_id>
-  auto commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id = {}) {
-    auto& e = find_entry(id)->second;
+  /// Applies one sequence's plan to the table and the state (see basic_sequence::commit), honouring this step's
+  /// protections.
+  template <page_table Table, class IdMap>
+  auto commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id) {
     const auto tid = table_id_of<Table>(table_id, id);
-    check_plan(*e.seq, plan);
-    check_unprotected(e, id, plan);
-    check_table_agrees(table, tid, id, *e.seq);
+    check_commit(id, plan, table, tid);
     return apply(id, plan, table, tid);
+  }
+  /// Applies one sequence's plan to its state only (the engine updated its table itself).
+  void commit(SequenceId id, const plan_type& plan) {
+    check_commit(id, plan);
+    auto& e = find_entry(id, "commit")->second;
+    forget(e, evicted_origins(e, plan.pages));
+    e.seq->remove(plan.pages);
   }
 
   // --- determinism -------------------------------------------------------------------------------------------
-  /// A digest of everything selection depends on: each sequence's id, config and state digest, its protected and
-  /// shared pages, and the manager's config. Ranks with equal digests select the same victims.
+  /// A digest of everything selection depends on: the clock, each sequence's id, config and state digest, its
+  /// protected and shared pages, and the manager's config. Ranks with equal digests select the same victims.
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
-    h.add(static_cast<std::uint64_t>(config_.page_size)).add(config_.global.high).add(config_.global.low);
+    h.add(static_cast<std::uint64_t>(config_.page_size)).add(config_.global.high).add(config_.global.low).add(now_);
     for (const auto& [id, e] : entries_) {
       h.add(static_cast<std::uint64_t>(id)).add(e.seq->digest());
       add_config(h, e.seq->get_config(), e.seq->regions());
       h.add(static_cast<std::uint64_t>(e.protected_origins.size()));
       for (std::uint64_t o : e.protected_origins) h.add(o);
       h.add(static_cast<std::uint64_t>(e.shared.size()));
-      for (std::uint64_t o : e.shared) h.add(o);
+      for (const auto& [o, key] : e.shared) h.add(o).add(static_cast<std::uint8_t>(shares_memory(e, o)));
     }
     return h.value();
   }
 
-
  private:
   struct entry {
-    std::unique_ptr<sequence_type> seq;  // stable address: callers keep references across open()
+    std::unique_ptr<sequence_type> seq;         // stable address: callers keep references across open()
     std::set<std::uint64_t> protected_origins;  // original page indices, which survive compaction
-    std::set<std::uint64_t> shared;
+    std::map<std::uint64_t, std::uint64_t> shared;  // original page index -> the block's key in blocks_
+  };
+  // A block held by more than one resident page (or by holders outside the manager).
+  struct block_holders {
+    std::size_t holders = 0;    // resident pages of open sequences that hold it
+    bool external = false;      // held outside the manager too (set_shared, or table references not seen here)
+    std::size_t table_refs = 0;
+  };
+  // The global order: score, then a per-page hash so that equal scores spread over the sequences instead of all
+  // going to the lowest id, then id and page (the hash is a pure function of the two: every rank agrees).
+  struct candidate {
+    float_type score;
+    std::uint64_t tie;
+    SequenceId sequence;
+    std::size_t page;
+    friend bool operator<(const candidate& a, const candidate& b) {
+      if (a.score < b.score) return true;
+      if (b.score < a.score) return false;
+      if (a.tie != b.tie) return a.tie < b.tie;
+      if (a.sequence != b.sequence) return a.sequence < b.sequence;
+      return a.page < b.page;
+    }
   };
   using map_type = std::map<SequenceId, entry>;
 
-  typename map_type::iterator find_entry(SequenceId id) {
+  static std::uint64_t tie_rank(SequenceId id, std::uint64_t origin) noexcept {
+    return policy_support::splitmix64(policy_support::splitmix64(static_cast<std::uint64_t>(id)) ^ origin);
+  }
+  candidate candidate_of(const global_victim<float_type, SequenceId>& v) const {
+    return {v.score, tie_rank(v.sequence, at(v.sequence).state().page_origins()[v.page]), v.sequence, v.page};
+  }
+
+  typename map_type::iterator find_entry(SequenceId id, const char* call) {
     auto it = entries_.find(id);
-    if (it == entries_.end()) detail::raise_usage("sequence " + detail::to_text(id) + " is not open in the manager");
+    if (it == entries_.end())
+      detail::raise_usage(std::string(call) + ": sequence " + detail::to_text(id) + " is not open in the manager");
     return it;
   }
-  typename map_type::const_iterator find_entry(SequenceId id) const {
+  typename map_type::const_iterator find_entry(SequenceId id, const char* call) const {
     auto it = entries_.find(id);
-    if (it == entries_.end()) detail::raise_usage("sequence " + detail::to_text(id) + " is not open in the manager");
+    if (it == entries_.end())
+      detail::raise_usage(std::string(call) + ": sequence " + detail::to_text(id) + " is not open in the manager");
     return it;
+  }
+  sequence_type& adopt(SequenceId id, std::unique_ptr<sequence_type> seq) {
+    seq->mark_.owned = true;
+    return *entries_.emplace(id, entry{std::move(seq), {}, {}}).first->second.seq;
   }
 
   template <class Table, class IdMap>
@@ -461,99 +581,93 @@ class basic_manager {
     return static_cast<typename Table::sequence_id>(map(id));
   }
 
-  // The original indices of logical pages (input_error naming the first page that does not exist).
-  static std::vector<std::uint64_t> origins_of(const entry& e, std::span<const std::size_t> pages, const char* what) {
+  // --- shared blocks ---
+  static bool is_shared(const block_holders& b) noexcept { return b.external || b.holders > 1; }
+  bool shares_memory(const entry& e, std::uint64_t origin) const {
+    const auto it = e.shared.find(origin);
+    return it != e.shared.end() && is_shared(blocks_.at(it->second));
+  }
+  std::size_t count_sharing(const entry& e) const {
+    std::size_t n = 0;
+    for (const auto& [o, key] : e.shared) n += is_shared(blocks_.at(key)) ? 1 : 0;
+    return n;
+  }
+  auto link(entry& e, std::uint64_t origin, std::uint64_t key) {
+    ++blocks_[key].holders;
+    return e.shared.emplace(origin, key).first;
+  }
+  void release_key(std::uint64_t key) noexcept {
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return;
+    if (--it->second.holders == 0) blocks_.erase(it);
+  }
+  // After a fork: every full page of the parent's is held by both (a new key unless it already had one).
+  void share_full_pages(entry& parent, entry& child) {
+    const auto& seq = *parent.seq;
+    const auto origins = seq.state().page_origins();
+    for (std::size_t p = 0; p < seq.num_pages(); ++p) {
+      if (seq.state().tokens_in_page(p) != seq.page_size()) continue;
+      auto it = parent.shared.find(origins[p]);
+      if (it == parent.shared.end()) it = link(parent, origins[p], next_key_++);
+      link(child, origins[p], it->second);
+    }
+  }
+
+  // The original indices of logical pages (input_error naming the call, the sequence and the first page that does
+  // not exist).
+  static std::vector<std::uint64_t> origins_of(const entry& e, SequenceId id, std::span<const std::size_t> pages,
+                                               const char* call) {
     const auto origins = e.seq->state().page_origins();
     std::vector<std::uint64_t> out;
     out.reserve(pages.size());
     for (std::size_t p : pages) {
       if (p >= origins.size())
-        detail::raise_input(std::string(what) + ": page " + detail::to_text(p) + " does not exist (sequence has " +
-                            detail::to_text(origins.size()) + " pages)");
+        detail::raise_input(std::string(call) + ": sequence " + detail::to_text(id) + ": page " + detail::to_text(p) +
+                            " does not exist (sequence has " + detail::to_text(origins.size()) + " pages)");
       out.push_back(origins[p]);
     }
     return out;
   }
-  // The logical indices of the resident pages whose origins are in `set`, ascending.
-  static std::vector<std::size_t> resident_indices(const entry& e, const std::set<std::uint64_t>& set) {
+  // The logical indices of the resident pages whose origins satisfy `in`, ascending.
+  template <class Predicate>
+  static std::vector<std::size_t> resident_indices(const entry& e, Predicate&& in) {
     std::vector<std::size_t> out;
-    if (set.empty()) return out;
     const auto origins = e.seq->state().page_origins();
     for (std::size_t p = 0; p < origins.size(); ++p)
-      if (set.contains(origins[p])) out.push_back(p);
+      if (in(origins[p])) out.push_back(p);
     return out;
   }
-  static std::vector<bool> resident_flags(const entry& e, const std::set<std::uint64_t>& set) {
-    const auto origins = e.seq->state().page_origins();
-    std::vector<bool> out(origins.size(), false);
-    if (set.empty()) return out;
-    for (std::size_t p = 0; p < origins.size(); ++p) out[p] = set.contains(origins[p]);
-    return out;
-  }
-  static std::size_t count_resident(const entry& e, const std::set<std::uint64_t>& set) {
-    return resident_indices(e, set).size();
-  }
 
-  // A plan for `pages` (ascending) of sequence `id`, in the form basic_sequence::commit expects.
-  plan_type make_plan(SequenceId id, std::vector<std::size_t> pages) const {
-    const auto& seq = at(id);
-    const auto scores = seq.page_scores();
-    plan_type plan;
-    plan.page_size = seq.page_size();
-    plan.generation = seq.state().generation();
-    plan.requested = pages.size();
-    for (std::size_t p : pages) plan.scores.push_back(scores[p]);
-    plan.pages = std::move(pages);
-    const auto marks = seq.get_config().budget.in_tokens(seq.page_size(), seq.logical_len());
-    const std::uint64_t after = seq.kv_len() - plan.tokens();
-    plan.pages_over_budget = after > marks.high ? static_cast<std::size_t>((after - marks.high + seq.page_size() - 1) / seq.page_size()) : 0;
-    return plan;
-  }
-
-  // The checks basic_sequence::commit(plan) makes, so that a batch commit can make them all before changing
-  // anything.
-  static void check_plan(const sequence_type& seq, const plan_type& plan) {
-    if (plan.generation != seq.state().generation())
-      detail::raise_usage("stale plan: selected at generation " + detail::to_text(plan.generation) +
-                          ", the sequence is at generation " + detail::to_text(seq.state().generation()));
-    if (plan.page_size != seq.page_size()) detail::raise_usage("plan was made for page size " + detail::to_text(plan.page_size));
-    seq.state().check_removable(plan.pages);
-    const auto status = seq.page_statuses();
-    for (std::size_t p : plan.pages)
-      if (status[p] != page_status::evictable)
-        detail::raise_usage("plan names page " + detail::to_text(p) + ", which is " + to_string(status[p]));
-  }
-  // A plan selected before protect_pages / protect_tail_tokens may name a page protected since: the generation
-  // does not see the protection, so commit checks it (found by tests/fuzz/adapter_fuzzer.cpp). Call after
-  // check_plan, which checked that the pages exist.
-  static void check_unprotected(const entry& e, SequenceId id, const plan_type& plan) {
-    if (e.protected_origins.empty()) return;
+  // Every check a commit of `plan` to `id` makes, before anything changes.
+  void check_commit(SequenceId id, const plan_type& plan) const {
+    const auto& e = find_entry(id, "commit")->second;
+    const std::string where = "commit: sequence " + detail::to_text(id);
+    detail::check_plan(plan, e.seq->state(), e.seq->regions(), e.seq->protection(), where);
+    // A plan selected before protect_pages / protect_tail_tokens may name a page protected since: the generation
+    // does not see the protection (found by tests/fuzz/adapter_fuzzer.cpp).
     const auto origins = e.seq->state().page_origins();
     for (std::size_t p : plan.pages)
       if (e.protected_origins.contains(origins[p]))
-        detail::raise_usage("plan names page " + detail::to_text(p) + " of sequence " + detail::to_text(id) +
-                            ", which is protected for this step");
+        detail::raise_usage(where + ": plan names page " + detail::to_text(p) + ", which is protected for this step");
   }
   template <class Table>
-  static void check_table_agrees(const Table& table, const typename Table::sequence_id& tid, SequenceId id,
-                                 const sequence_type& seq) {
-    if (static_cast<std::size_t>(table.page_size()) != seq.page_size())
-      detail::raise_usage("page table has page size " + detail::to_text(table.page_size()) + ", sequence " +
-                          detail::to_text(id) + " has " + detail::to_text(seq.page_size()));
-    if (static_cast<std::size_t>(table.num_pages(tid)) != seq.num_pages())
-      detail::raise_usage("page table holds " + detail::to_text(table.num_pages(tid)) + " pages for sequence " +
-                          detail::to_text(id) + ", which has " + detail::to_text(seq.num_pages()));
+  void check_commit(SequenceId id, const plan_type& plan, const Table& table,
+                    const typename Table::sequence_id& tid) const {
+    check_commit(id, plan);
+    const auto& seq = *find_entry(id, "commit")->second.seq;
+    detail::check_page_table(table, tid, seq.page_size(), seq.num_pages(), "commit: sequence " + detail::to_text(id));
+    if constexpr (checked_page_table<Table>) table.check_remove_pages(tid, plan.pages);
   }
 
   template <class Table>
   auto apply(SequenceId id, const plan_type& plan, Table& table, const typename Table::sequence_id& tid) {
-    auto& e = find_entry(id)->second;
+    auto& e = find_entry(id, "commit")->second;
     auto evicted = evicted_origins(e, plan.pages);
-    if constexpr (std::is_void_v<decltype(e.seq->commit(plan, table, tid))>) {
-      e.seq->commit(plan, table, tid);
+    if constexpr (std::is_void_v<decltype(e.seq->remove_from(plan, table, tid))>) {
+      e.seq->remove_from(plan, table, tid);
       forget(e, evicted);
     } else {
-      auto released = e.seq->commit(plan, table, tid);
+      auto released = e.seq->remove_from(plan, table, tid);
       forget(e, evicted);
       return released;
     }
@@ -561,17 +675,21 @@ class basic_manager {
   static std::vector<std::uint64_t> evicted_origins(const entry& e, std::span<const std::size_t> pages) {
     const auto origins = e.seq->state().page_origins();
     std::vector<std::uint64_t> out;
+    out.reserve(pages.size());
     for (std::size_t p : pages) out.push_back(origins[p]);
     return out;
   }
-  // Flags end with their page: a later page never inherits an evicted page's origin, but the sets stay small.
-  static void forget(entry& e, std::span<const std::uint64_t> evicted) noexcept {
+  // Flags end with their page: a later page never inherits an evicted page's origin, and a shared block loses a
+  // holder.
+  void forget(entry& e, std::span<const std::uint64_t> evicted) noexcept {
     for (std::uint64_t o : evicted) {
-      e.shared.erase(o);
+      if (auto it = e.shared.find(o); it != e.shared.end()) {
+        release_key(it->second);
+        e.shared.erase(it);
+      }
       e.protected_origins.erase(o);
     }
   }
-  static void forget_evicted(entry& e, std::span<const std::size_t> pages) { forget(e, evicted_origins(e, pages)); }
 
   static void add_config(detail::fnv1a64& h, const config& c, const region_table& regions) noexcept {
     h.add(c.alpha).add(c.effective_beta()).add(c.tau).add(static_cast<std::uint64_t>(c.page_size));
@@ -584,10 +702,13 @@ class basic_manager {
 
   manager_config config_;
   map_type entries_;
+  std::map<std::uint64_t, block_holders> blocks_;
+  std::uint64_t next_key_ = std::uint64_t{1} << 63;  // synthetic block keys, above any physical id
+  step_t now_ = 0;
 };
 
-/// The common case: float scores, page size chosen at run time, 64-bit request ids.
-using manager = basic_manager<float, dynamic_page_size, std::uint64_t>;
+/// The common case: MemDecay sequences with float scores, page size chosen at run time, 64-bit request ids.
+using manager = basic_manager<sequence, std::uint64_t>;
 
 }  // namespace memdecay
 

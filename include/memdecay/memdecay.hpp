@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: the umbrella header. Includes every public header.
+// memdecay: the umbrella header: the core an engine needs (the evictor, its policies, page tables, the manager,
+// the exports). Tooling is included on its own: memdecay/trace.hpp, memdecay/trace_generator.hpp and the
+// calibration headers (the memdecay::calibration target, which links nlohmann-json).
 #ifndef MEMDECAY_MEMDECAY_HPP
 #define MEMDECAY_MEMDECAY_HPP
 
@@ -9,6 +11,7 @@
 #include "memdecay/page_geometry.hpp"
 #include "memdecay/retention_score.hpp"
 #include "memdecay/sequence_state.hpp"
+#include "memdecay/token_state.hpp"
 #include "memdecay/attention.hpp"
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/eviction.hpp"
@@ -20,11 +23,7 @@
 #include "memdecay/simd/simd.hpp"
 #include "memdecay/sequence.hpp"
 #include "memdecay/policy.hpp"
-#include "memdecay/policy_sequence.hpp"
 #include "memdecay/policies/all.hpp"
-#include "memdecay/trace.hpp"
-#include "memdecay/trace_generator.hpp"
-#include "memdecay/calibration.hpp"
 #include "memdecay/manager.hpp"
 #include "memdecay/exports/llama_cpp.hpp"
 #include "memdecay/exports/tensorrt_llm.hpp"

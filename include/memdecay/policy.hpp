@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: the eviction-policy concept. One evictor (basic_policy_sequence, policy_sequence.hpp) runs every
+// memdecay: the eviction-policy concept. One evictor (basic_sequence, sequence.hpp) runs every
 // policy under the same budgets, protections, page tables and two-phase commit; a policy only keeps its
 // per-token signal and turns it into page scores (lower = evicted first, ties to the lower page index).
 //
 // A policy P<Float> (a class template over the score type, float or double, declared `template <class Float>`
-// so that it binds to basic_policy_sequence's template template parameter on every compiler) provides:
+// so that it binds to basic_sequence's template template parameter on every compiler) provides:
 //
 //   P::params_type                    an aggregate of the policy's parameters, defaults = the source's defaults
 //   P::name                           static constexpr std::string_view, e.g. "h2o"
@@ -24,6 +24,12 @@
 //   p.on_advance(view)                noexcept: the clock moved to view.now (called by advance_to; a policy
 //                                     whose scores cache something per step, like policies::memdecay's
 //                                     exp-free factors, follows the clock here)
+//   p.observation_is_valid(view, mass) const noexcept -> bool: a fast check of the whole observation (length
+//                                     already checked); true promises that validate_mass and check_observation
+//                                     would both pass, false sends the evictor to them (to name the bad entry)
+//   p.explain_page(view, page, status) const: why a page scores what it scores (basic_sequence::explain_page)
+//   p.token_terms(view, index)        const noexcept: a token's score terms (basic_sequence::token_terms)
+//   p.use_expfree_scores(view, on)    chooses a scorer (basic_sequence::use_expfree_scores)
 //
 // Per-token state is kept in page order, exactly like sequence_state, so compaction is compact_token_column().
 // A policy with no per-token state (random, streaming_llm) derives its hooks from stateless_hooks.
@@ -94,6 +100,13 @@ template <class P>
 concept advancing_policy = requires(P& p, const sequence_view& view) {
   { p.on_advance(view) } noexcept;
 };
+
+/// Whether P has the optional fast validity check of an observation (see above).
+template <class P>
+concept prevalidating_policy =
+    requires(const P& p, const sequence_view& view, std::span<const typename P::float_type> mass) {
+      { p.observation_is_valid(view, mass) } noexcept -> std::same_as<bool>;
+    };
 
 namespace policy_support {
 

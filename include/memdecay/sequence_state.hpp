@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: the per-sequence token state, in page order (structure of arrays).
+// memdecay: the layout of one sequence, in page order: what every policy shares.
 //
-// For every resident token: its region (1 byte), the step it was last refreshed (4 bytes) and the EWMA of the
-// attention it received (sizeof(Float)). Per resident page: the page's original index in the sequence, so the
-// absolute position of every resident token is known after eviction (keys keep their RoPE positions; engines
-// compact KV slots, not positions). The clock is logical and supplied by the engine.
+// For every resident token: its region (1 byte). Per resident page: the page's original index in the sequence, so
+// the absolute position of every resident token is known after eviction (keys keep their RoPE positions; engines
+// compact KV slots, not positions). The clock is logical and supplied by the engine. A policy's own per-token
+// signal (MemDecay's clocks and EWMA, H2O's sums, ...) lives in the policy, in the same page order.
 //
 // This class keeps the invariants of the layout (pages are full except the last; only whole pages leave) and
 // validates what it can check alone. Region ids and attention are validated by basic_sequence, which knows the
@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "memdecay/detail/digest.hpp"
@@ -36,10 +37,9 @@ struct region_span {
   std::size_t count;
 };
 
-template <std::floating_point Float = float, std::size_t PageSize = dynamic_page_size>
+template <std::size_t PageSize = dynamic_page_size>
 class sequence_state {
  public:
-  using float_type = Float;
   using geometry_type = page_geometry<PageSize>;
 
   explicit sequence_state(std::size_t page_size = PageSize == dynamic_page_size ? 16 : PageSize)
@@ -67,8 +67,6 @@ class sequence_state {
 
   // --- per-token data, in page order -----------------------------------------------------------------------
   [[nodiscard]] std::span<const region_id> regions() const noexcept { return region_; }
-  [[nodiscard]] std::span<const step_t> last_refresh() const noexcept { return last_refresh_; }
-  [[nodiscard]] std::span<const Float> ewma() const noexcept { return ewma_; }
   /// The original page index of each resident page.
   [[nodiscard]] std::span<const std::uint64_t> page_origins() const noexcept { return page_origin_; }
 
@@ -101,7 +99,7 @@ class sequence_state {
     now_ = step;
   }
 
-  /// Appends the spans' tokens, fresh (refreshed now, EWMA 0). Region ids are not checked here. Strong guarantee.
+  /// Appends the spans' tokens. Region ids are not checked here. Strong guarantee.
   void append(std::span<const region_span> spans) {
     std::size_t total = 0;
     for (const auto& s : spans) total += s.count;
@@ -117,25 +115,28 @@ class sequence_state {
     if (!labels.empty()) ++generation_;
   }
 
-  /// Mutable views for the observation kernels (same length as kv_len()). Callers bump the generation through
-  /// touch() once they changed anything.
-  [[nodiscard]] std::span<step_t> last_refresh_mut() noexcept { return last_refresh_; }
-  [[nodiscard]] std::span<Float> ewma_mut() noexcept { return ewma_; }
+  /// Bumps the generation: the owner changed per-token state kept beside the layout (an observation), so plans
+  /// selected before are stale.
   void touch() noexcept { ++generation_; }
 
   /// Checks that `pages` are strictly ascending, resident and full; throws usage_error otherwise.
   void check_removable(std::span<const std::size_t> pages) const {
+    if (auto problem = removal_problem(pages); !problem.empty()) detail::raise_usage(problem);
+  }
+  /// What check_removable() would say, or an empty string when `pages` can be removed.
+  [[nodiscard]] std::string removal_problem(std::span<const std::size_t> pages) const {
     for (std::size_t k = 0; k < pages.size(); ++k) {
       const std::size_t p = pages[k];
       if (p >= num_pages())
-        detail::raise_usage("page " + detail::to_text(p) + " does not exist (sequence has " +
-                            detail::to_text(num_pages()) + " pages)");
+        return "page " + detail::to_text(p) + " does not exist (sequence has " + detail::to_text(num_pages()) +
+               " pages)";
       if (k > 0 && p <= pages[k - 1])
-        detail::raise_usage("pages to remove must be strictly ascending (page " + detail::to_text(p) + " after " +
-                            detail::to_text(pages[k - 1]) + ")");
+        return "pages to remove must be strictly ascending (page " + detail::to_text(p) + " after " +
+               detail::to_text(pages[k - 1]) + ")";
       if (tokens_in_page(p) != page_size())
-        detail::raise_usage("page " + detail::to_text(p) + " is the partial last page and cannot be removed");
+        return "page " + detail::to_text(p) + " is the partial last page and cannot be removed";
     }
+    return {};
   }
 
   /// Removes whole pages (strictly ascending logical indices) and compacts the state. Throws usage_error, changing
@@ -154,26 +155,20 @@ class sequence_state {
       const std::size_t n = tokens_in_page(read_page);
       const std::size_t from = read_page * P, to = write_page * P;
       std::copy_n(region_.begin() + from, n, region_.begin() + to);
-      std::copy_n(last_refresh_.begin() + from, n, last_refresh_.begin() + to);
-      std::copy_n(ewma_.begin() + from, n, ewma_.begin() + to);
       page_origin_[write_page] = page_origin_[read_page];
       ++write_page;
     }
     const std::size_t removed_tokens = pages.size() * P;
     region_.resize(region_.size() - removed_tokens);
-    last_refresh_.resize(last_refresh_.size() - removed_tokens);
-    ewma_.resize(ewma_.size() - removed_tokens);
     page_origin_.resize(page_origin_.size() - pages.size());
     ++generation_;
   }
 
-  /// A digest of everything decisions depend on (labels, clocks, EWMA bits, positions, the clock): equal digests
-  /// on two ranks mean they will select the same victims.
+  /// A digest of the layout (labels, positions, the clock): with the policy's digest, equal digests on two ranks
+  /// mean they will select the same victims.
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
     h.add(std::span<const region_id>(region_))
-        .add(std::span<const step_t>(last_refresh_))
-        .add(std::span<const Float>(ewma_))
         .add(std::span<const std::uint64_t>(page_origin_))
         .add(now_)
         .add(logical_len_)
@@ -185,8 +180,6 @@ class sequence_state {
   void reserve_for(std::size_t extra) {
     const std::size_t n = kv_len() + extra;
     detail::reserve_for_append(region_, n);  // geometric: one decode token per append stays O(1) amortised
-    detail::reserve_for_append(last_refresh_, n);
-    detail::reserve_for_append(ewma_, n);
     detail::reserve_for_append(page_origin_, geometry_.pages_for(n));
   }
   void push_token(region_id r) noexcept {
@@ -194,15 +187,11 @@ class sequence_state {
     // (evictions remove whole pages, so logical_len and kv_len agree modulo the page size).
     if ((kv_len() & (page_size() - 1)) == 0) page_origin_.push_back(logical_len_ / page_size());
     region_.push_back(r);
-    last_refresh_.push_back(now_);
-    ewma_.push_back(Float{0});
     ++logical_len_;
   }
 
   geometry_type geometry_;
   std::vector<region_id> region_;
-  std::vector<step_t> last_refresh_;
-  std::vector<Float> ewma_;
   std::vector<std::uint64_t> page_origin_;
   step_t now_ = 0;
   std::uint64_t logical_len_ = 0;

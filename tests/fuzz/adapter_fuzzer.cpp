@@ -97,12 +97,14 @@ outcome model_csr_remove(std::vector<std::int32_t>& pages, std::size_t last_len,
 }
 
 /// One request of the batch: the model of its sequence, the physical pages of its CSR row, and the manager's
-/// per-step protections and shared flags as the model keeps them (by original page index).
+/// per-step protections and shared blocks as the model keeps them (by original page index; a shared page maps to
+/// its block's key in the harness's model of the manager's blocks).
 struct request {
   std::uint64_t id = 0;
   model_sequence<Float> m;
   std::vector<std::int32_t> pages;
-  std::set<std::uint64_t> protect, shared;
+  std::set<std::uint64_t> protect;
+  std::map<std::uint64_t, std::uint64_t> shared;  // origin -> block key
 
   std::uint64_t origin(std::size_t p) const { return m.tokens[p * m.P].position / m.P; }
   std::vector<std::size_t> indices_of(const std::set<std::uint64_t>& set) const {
@@ -156,6 +158,11 @@ class harness {
       if (r.id == id) return &r;
     return nullptr;
   }
+  const request* find_const(std::uint64_t id) const {
+    for (const auto& r : reqs_)
+      if (r.id == id) return &r;
+    return nullptr;
+  }
   std::size_t row_of(std::uint64_t id) const {
     for (std::size_t r = 0; r < reqs_.size(); ++r)
       if (reqs_[r].id == id) return r;
@@ -187,6 +194,43 @@ class harness {
   }
   void release(std::int32_t id) {
     if (--refs_[static_cast<std::size_t>(id)] == 0) free_.push_back(id);
+  }
+  // --- the model of the manager's shared blocks: a block is shared while two resident pages of open requests
+  // hold it, or while holders outside the manager do (set_shared; table references the manager cannot see) ---
+  struct model_block {
+    std::size_t holders = 0;
+    bool external = false;
+    std::size_t table_refs = 0;
+  };
+  bool block_shared(std::uint64_t key) const {
+    const auto& b = blocks_.at(key);
+    return b.external || b.holders > 1;
+  }
+  bool shares(const request& r, std::uint64_t origin) const {
+    const auto it = r.shared.find(origin);
+    return it != r.shared.end() && block_shared(it->second);
+  }
+  std::vector<std::size_t> shared_indices(const request& r) const {
+    std::vector<std::size_t> out;
+    for (std::size_t p = 0; p < r.m.num_pages(); ++p)
+      if (shares(r, r.origin(p))) out.push_back(p);
+    return out;
+  }
+  std::size_t shared_blocks() const {
+    std::size_t n = 0;
+    for (const auto& [key, b] : blocks_) n += (b.external || b.holders > 1) ? 1 : 0;
+    return n;
+  }
+  void release_key(std::uint64_t key) {
+    auto it = blocks_.find(key);
+    FUZZ_CHECK(it != blocks_.end(), "model: a shared page without a block");
+    if (--it->second.holders == 0) blocks_.erase(it);
+  }
+  void unshare(request& r, std::uint64_t origin) {
+    if (auto it = r.shared.find(origin); it != r.shared.end()) {
+      release_key(it->second);
+      r.shared.erase(it);
+    }
   }
   /// Pages the engine allocates so that request r holds `tokens` more tokens; false (nothing allocated) if the
   /// pool is short.
@@ -229,6 +273,7 @@ class harness {
     for (const auto& r : reqs_) compare_request(r, where, resident, reclaimable);
     FUZZ_CHECK(mgr_.resident_pages() == resident, where + ": resident pages");
     FUZZ_CHECK(mgr_.reclaimable_pages() == reclaimable, where + ": reclaimable pages");
+    FUZZ_CHECK(mgr_.physical_pages() == reclaimable + shared_blocks(), where + ": physical pages");
     // The arrays are exactly the rows of the model, and the adapter reads them back.
     csr_arrays want;
     want.indptr.assign(1, 0);
@@ -264,6 +309,7 @@ class harness {
   void compare_request(const request& r, const std::string& where, std::size_t& resident, std::size_t& reclaimable) {
     const auto& seq = mgr_.at(r.id);
     const auto& st = seq.state();
+    const auto& pol = seq.policy();
     const auto& m = r.m;
     const std::string w = where + ", sequence " + std::to_string(r.id);
     FUZZ_CHECK(st.kv_len() == m.kv_len() && st.num_pages() == m.num_pages() && st.logical_len() == m.logical_len, w);
@@ -271,9 +317,9 @@ class harness {
     FUZZ_CHECK(st.generation() == m.generation, w + ": generation");
     for (std::size_t i = 0; i < m.kv_len(); ++i) {
       const auto& t = m.tokens[i];
-      FUZZ_CHECK(st.regions()[i] == t.region && st.last_refresh()[i] == t.refreshed && st.position_of(i) == t.position,
+      FUZZ_CHECK(st.regions()[i] == t.region && pol.last_refresh()[i] == t.refreshed && st.position_of(i) == t.position,
                  w + ": token " + std::to_string(i));
-      FUZZ_CHECK(std::memcmp(&st.ewma()[i], &t.ewma, sizeof(Float)) == 0, w + ": EWMA of token " + std::to_string(i));
+      FUZZ_CHECK(std::memcmp(&pol.ewma()[i], &t.ewma, sizeof(Float)) == 0, w + ": EWMA of token " + std::to_string(i));
     }
     for (std::size_t p = 0; p < m.num_pages(); ++p) FUZZ_CHECK(st.page_origins()[p] == r.origin(p), w + ": origin");
     const auto scores = seq.page_scores();
@@ -284,13 +330,13 @@ class harness {
                      std::to_string(model_scores[p]));
     const auto prot = r.indices_of(r.protect);
     FUZZ_CHECK(mgr_.protected_pages(r.id) == prot, w + ": protected pages");
-    FUZZ_CHECK(mgr_.shared_pages(r.id) == r.indices_of(r.shared), w + ": shared pages");
+    FUZZ_CHECK(mgr_.shared_pages(r.id) == shared_indices(r), w + ": shared pages");
     const auto got = seq.page_statuses(prot);
     const auto want = m.statuses(prot);
     for (std::size_t p = 0; p < got.size(); ++p)
       FUZZ_CHECK(static_cast<int>(got[p]) == static_cast<int>(want[p]), w + ": status of page " + std::to_string(p));
     resident += m.num_pages();
-    reclaimable += m.num_pages() - r.indices_of(r.shared).size();
+    reclaimable += m.num_pages() - shared_indices(r).size();
   }
 
   // --- value generators -------------------------------------------------------------------------------------------
@@ -397,6 +443,7 @@ class harness {
     request r;
     r.id = id;
     r.m.init(c, effective);
+    FUZZ_CHECK(r.m.advance_to(now_) == outcome::ok, "model: a request opens at the manager's clock");
     // The fork copies the source's labels for its shared pages (the same prefix) and shares their blocks.
     std::vector<std::pair<std::uint8_t, std::size_t>> labels;
     if (source) {
@@ -434,6 +481,7 @@ class harness {
     expect(got, r ? outcome::ok : outcome::usage_error, "close(" + std::to_string(id) + ")");
     unchanged_if_rejected(got, before, "close");
     if (!r) return;
+    for (const auto& [origin, key] : r->shared) release_key(key);
     for (auto it = r->pages.rbegin(); it != r->pages.rend(); ++it) release(*it);
     reqs_.erase(reqs_.begin() + (r - reqs_.data()));
     rebuild();
@@ -465,18 +513,19 @@ class harness {
     if (got == outcome::ok) rebuild();
   }
   void op_advance(reader& in) {
-    std::uint32_t latest = 0;
+    std::uint32_t latest = now_;  // the manager's clock, which outlives its requests
     for (const auto& r : reqs_) latest = std::max(latest, r.m.now);
     const std::uint8_t b = in.u8();
     const std::uint32_t step = b % 8 == 0 ? (latest ? latest - 1 : 0) : latest + b % 5;
     const auto before = snap();
-    outcome want = outcome::ok;
+    outcome want = step < now_ ? outcome::input_error : outcome::ok;
     for (const auto& r : reqs_)
       if (r.m.now > step) want = outcome::input_error;
     const outcome got = run_call([&] { mgr_.advance_to(step); });
     expect(got, want, "advance_to(" + std::to_string(step) + ")");
     unchanged_if_rejected(got, before, "advance_to");
     if (got != outcome::ok) return;
+    now_ = step;
     for (auto& r : reqs_) {
       FUZZ_CHECK(r.m.advance_to(step) == outcome::ok, "model advance");
       r.protect.clear();
@@ -543,11 +592,19 @@ class harness {
         mgr_.mark_shared_from(v, row_map());
       });
       expect(got, outcome::ok, "mark_shared_from(csr)");
+      blocks_.clear();
       for (auto& r : reqs_) {
         r.shared.clear();
-        for (std::size_t p = 0; p < r.pages.size(); ++p)
-          if (holders(r.pages[p]) > 1) r.shared.insert(r.origin(p));
+        for (std::size_t p = 0; p < r.pages.size(); ++p) {
+          const std::size_t refs = holders(r.pages[p]);
+          if (refs <= 1) continue;
+          const auto key = static_cast<std::uint64_t>(r.pages[p]);
+          r.shared.emplace(r.origin(p), key);
+          ++blocks_[key].holders;
+          blocks_[key].table_refs = refs;
+        }
       }
+      for (auto& [key, b] : blocks_) b.external = b.table_refs > b.holders;
       return;
     }
     const std::uint64_t id = pick_id(in);
@@ -564,8 +621,17 @@ class harness {
     unchanged_if_rejected(got, before, "set_shared");
     if (got == outcome::ok)
       for (std::size_t p : pages) {
-        if (flag) r->shared.insert(r->origin(p));
-        else r->shared.erase(r->origin(p));
+        const std::uint64_t o = r->origin(p);
+        if (flag) {
+          auto it = r->shared.find(o);
+          if (it == r->shared.end()) {
+            it = r->shared.emplace(o, next_key_++).first;
+            ++blocks_[it->second].holders;
+          }
+          blocks_[it->second].external = true;
+        } else {
+          unshare(*r, o);
+        }
       }
   }
 
@@ -618,18 +684,25 @@ class harness {
   }
 
   /// The model's global selection: every request's own budget, then the global budget and the caller's request
-  /// over all of them in the order (score, sequence id, page), on the library's page scores.
+  /// over all of them in the order (score, tie hash, sequence id, page), on the library's page scores, the global
+  /// budget counting physical blocks (each shared block once).
   global_plan_type model_select_global(std::size_t pages_to_free) const {
     global_plan_type out;
     struct cand {
       Float score;
+      std::uint64_t tie;
       std::uint64_t seq;
       std::size_t page;
     };
     const auto before = [](const cand& a, const cand& b) {
       if (a.score != b.score) return a.score < b.score;
+      if (a.tie != b.tie) return a.tie < b.tie;
       if (a.seq != b.seq) return a.seq < b.seq;
       return a.page < b.page;
+    };
+    const auto tie_of = [this](std::uint64_t id, std::size_t page) {
+      using memdecay::policy_support::splitmix64;
+      return splitmix64(splitmix64(id) ^ find_const(id)->origin(page));
     };
     std::vector<cand> pool;
     std::map<std::uint64_t, std::vector<std::size_t>> chosen;
@@ -645,19 +718,19 @@ class harness {
       const auto status = r->m.statuses(prot);
       chosen[r->id] = own.pages;
       for (std::size_t p : own.pages) {
-        const bool shared = r->shared.contains(r->origin(p));
+        const bool shared = shares(*r, r->origin(p));
         out.victims.push_back({r->id, p, s[p], shared, memdecay::eviction_reason::sequence_budget});
         if (!shared) ++out.pages_freed;
       }
       for (std::size_t p = 0; p < s.size(); ++p) {
-        const bool shared = r->shared.contains(r->origin(p));
+        const bool shared = shares(*r, r->origin(p));
         if (!shared) ++reclaimable;
         if (status[p] == model_status::evictable && !shared &&
             !std::binary_search(own.pages.begin(), own.pages.end(), p))
-          pool.push_back({s[p], r->id, p});
+          pool.push_back({s[p], tie_of(r->id, p), r->id, p});
       }
     }
-    const std::size_t after = reclaimable - out.pages_freed;
+    const std::size_t after = reclaimable + shared_blocks() - out.pages_freed;
     const std::size_t budget_need = !global_.is_unlimited() && after > global_.high ? after - global_.low : 0;
     const std::size_t request_need = pages_to_free > out.pages_freed ? pages_to_free - out.pages_freed : 0;
     const std::size_t need = std::max(budget_need, request_need);
@@ -672,7 +745,10 @@ class harness {
     }
     out.pages_short = need - take;
     std::sort(out.victims.begin(), out.victims.end(),
-              [&](const auto& a, const auto& b) { return before({a.score, a.sequence, a.page}, {b.score, b.sequence, b.page}); });
+              [&](const auto& a, const auto& b) {
+                return before({a.score, tie_of(a.sequence, a.page), a.sequence, a.page},
+                              {b.score, tie_of(b.sequence, b.page), b.sequence, b.page});
+              });
     for (auto& [id, pages] : chosen) {
       if (pages.empty()) continue;
       std::sort(pages.begin(), pages.end());
@@ -720,8 +796,8 @@ class harness {
       FUZZ_CHECK(it->second[v.page] == model_status::evictable, "select_global: a victim that may not be evicted");
     }
     if (!global_.is_unlimited() && plan.pages_short == 0) {
-      const std::size_t after = mgr_.reclaimable_pages() - plan.pages_freed;
-      std::size_t after_own = mgr_.reclaimable_pages();
+      const std::size_t after = mgr_.physical_pages() - plan.pages_freed;
+      std::size_t after_own = mgr_.physical_pages();
       for (const auto& v : plan.victims)
         if (v.reason == memdecay::eviction_reason::sequence_budget && !v.shared) --after_own;
       FUZZ_CHECK(after_own <= global_.high || after <= global_.low, "a feasible global budget left above low");
@@ -758,7 +834,7 @@ class harness {
       request* r = find(id);
       for (std::size_t page : p.pages) {
         r->protect.erase(r->origin(page));
-        r->shared.erase(r->origin(page));
+        unshare(*r, r->origin(page));
       }
       if (to_rows) {
         auto& removed = out[id];
@@ -1030,6 +1106,9 @@ class harness {
   std::vector<std::size_t> refs_;
   std::vector<std::int32_t> free_;
   std::vector<request> reqs_;
+  std::map<std::uint64_t, model_block> blocks_;
+  std::uint64_t next_key_ = std::uint64_t{1} << 63;
+  std::uint32_t now_ = 0;
   csr_arrays arrays_;
   std::optional<global_plan_type> last_, older_;
   std::optional<std::pair<std::uint64_t, plan_type>> last_one_;

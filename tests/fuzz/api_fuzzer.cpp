@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: random sequences of public API calls on memdecay::sequence (float, page size chosen at run
-// time) or memdecay::basic_sequence<double, 16>, plus the memdecay::block_pool that mirrors it, run against the
+// time) or memdecay::basic_sequence<memdecay::policies::memdecay, double, 16>, plus the memdecay::block_pool that mirrors it, run against the
 // scalar model in model.hpp. Aborts on:
 //   * a call whose outcome (ok / config_error / input_error / usage_error) differs from the documented one, or
 //     whose message does not carry its tier's prefix;
@@ -67,8 +67,8 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
     static const std::size_t bad_sizes[] = {0, 3, 12, std::size_t{1} << 21};
     c.page_size = allow_bad && in.flip(4) ? in.pick(bad_sizes) : in.pick(sizes);
   }
-  // none and uniform; basic_sequence rejects lifetime and zscore (policy_sequence modes), 0x7F is no mode at all.
-  static const int bad_modes[] = {2, 3, 0x7F};
+  // none and uniform (the modes the model scores); 0x7F is no mode at all.
+  static const int bad_modes[] = {0x7F};
   c.normalization = allow_bad && in.flip(8) ? in.pick(bad_modes) : in.u8() % 2;
   c.sink_pages = in.u8() % 3 == 0 ? in.u8() % 4 : 0;
   switch (in.u8() % 4) {
@@ -156,7 +156,7 @@ constexpr std::size_t k_max_ops = 400;
 template <class Float, std::size_t PageSize>
 class harness {
  public:
-  using seq_type = memdecay::basic_sequence<Float, PageSize>;
+  using seq_type = memdecay::basic_sequence<memdecay::policies::memdecay, Float, PageSize>;
   using plan_type = typename seq_type::plan_type;
   using pool_type = memdecay::block_pool<>;
 
@@ -212,8 +212,8 @@ class harness {
     for (std::size_t i = 0; i < m_.kv_len(); ++i) {
       const auto& t = m_.tokens[i];
       FUZZ_CHECK(st.regions()[i] == t.region, where + ": region of token " + std::to_string(i));
-      FUZZ_CHECK(st.last_refresh()[i] == t.refreshed, where + ": refresh step of token " + std::to_string(i));
-      FUZZ_CHECK(std::memcmp(&st.ewma()[i], &t.ewma, sizeof(Float)) == 0, where + ": EWMA of token " + std::to_string(i));
+      FUZZ_CHECK(seq_.policy().last_refresh()[i] == t.refreshed, where + ": refresh step of token " + std::to_string(i));
+      FUZZ_CHECK(std::memcmp(&seq_.policy().ewma()[i], &t.ewma, sizeof(Float)) == 0, where + ": EWMA of token " + std::to_string(i));
       FUZZ_CHECK(st.position_of(i) == t.position, where + ": position of token " + std::to_string(i));
     }
     // The prefix-cache boundary: the first original page that is gone.
@@ -716,7 +716,7 @@ void run_sequence(reader& in) {
   trace(describe(mc));
   std::vector<model_region> effective;
   const bool valid = model_config_valid(mc, effective);
-  std::optional<memdecay::basic_sequence<Float, PageSize>> seq;
+  std::optional<memdecay::basic_sequence<memdecay::policies::memdecay, Float, PageSize>> seq;
   const outcome got = run_call([&] { seq.emplace(to_library(mc)); });
   expect(got, valid ? outcome::ok : outcome::config_error, "construct sequence");
   if (!seq) return;

@@ -43,7 +43,7 @@ TEST(FuzzRegression, ConfigNumbersThatOverflowFloatScoresAreRejected) {
   cfg.alpha = 1e39;
   EXPECT_EQ(message_of<md::config_error>([&] { md::sequence seq(cfg); }),
             "invalid config: alpha = 1e+39 (does not fit the score type: at most 3.40282347e+38)");
-  EXPECT_NO_THROW((md::basic_sequence<double, 16>(cfg)));  // double scores hold it
+  EXPECT_NO_THROW((md::basic_sequence<md::policies::memdecay, double, 16>(cfg)));  // double scores hold it
 
   md::config region_cfg;
   region_cfg.region_overrides = {{.region = "user", .decay_rate = 1e300}};
@@ -160,17 +160,17 @@ TEST(FuzzRegression, ManagerCommitRejectsAPageProtectedAfterSelection) {
   const auto digest = mgr.digest();
   const std::vector<md::block_pool<>::page_id> table(pool.block_table(victim.sequence).begin(),
                                                      pool.block_table(victim.sequence).end());
-  const std::string message = message_of<md::usage_error>([&] { (void)mgr.commit(plan, pool); });
+  const std::string message = message_of<md::usage_error>([&] { (void)mgr.commit(plan, pool, md::identity_id{}); });
   EXPECT_NE(message.find("which is protected for this step"), std::string::npos) << message;
   EXPECT_THROW(mgr.commit(plan), md::usage_error);
-  EXPECT_THROW((void)mgr.commit(victim.sequence, plan.plans.at(victim.sequence), pool), md::usage_error);
+  EXPECT_THROW((void)mgr.commit(victim.sequence, plan.plans.at(victim.sequence), pool, md::identity_id{}), md::usage_error);
   EXPECT_EQ(mgr.digest(), digest);
   EXPECT_TRUE(std::equal(table.begin(), table.end(), pool.block_table(victim.sequence).begin(),
                          pool.block_table(victim.sequence).end()));
   // A fresh selection honours the protection and commits.
   const auto again = mgr.select_global();
   for (const auto& v : again.victims) EXPECT_FALSE(v.sequence == victim.sequence && v.page == victim.page);
-  EXPECT_NO_THROW((void)mgr.commit(again, pool));
+  EXPECT_NO_THROW((void)mgr.commit(again, pool, md::identity_id{}));
 }
 
 // flashinfer_csr's readers check the one request they read in O(1), but accepted a request with no pages

@@ -59,7 +59,7 @@ struct model_config {
   double alpha = 1.0, beta = 0.9, tau = 0.01;
   std::optional<double> half_life;
   std::size_t page_size = 16;
-  int normalization = 0;  // 0 none, 1 uniform, anything else invalid
+  int normalization = 0;  // 0 none, 1 uniform (the modes the model scores; 2 and 3 are valid, never drawn), else invalid
   std::size_t sink_pages = 0, recent_tokens = 0;
   model_budget_unit unit = model_budget_unit::unlimited;
   double high = 0.0;
@@ -80,7 +80,7 @@ inline bool model_config_valid(const model_config& c, std::vector<model_region>&
   if (c.half_life && !(std::isfinite(*c.half_life) && *c.half_life > 0.0)) return false;
   if (!finite_nonneg(c.tau)) return false;
   if (c.page_size == 0 || (c.page_size & (c.page_size - 1)) != 0 || c.page_size > (std::size_t{1} << 20)) return false;
-  if (c.normalization != 0 && c.normalization != 1) return false;  // basic_sequence: none and uniform only
+  if (c.normalization < 0 || c.normalization > 3) return false;  // none, uniform, lifetime, zscore
   if (c.unit != model_budget_unit::unlimited) {
     const double lo = c.low.value_or(c.high);
     if (!finite_nonneg(c.high) || !finite_nonneg(lo) || lo > c.high) return false;

@@ -30,7 +30,7 @@
 #include <memdecay/policies/snapkv.hpp>
 #include <memdecay/policies/streaming_llm.hpp>
 #include <memdecay/policies/tova.hpp>
-#include <memdecay/policy_sequence.hpp>
+#include <memdecay/sequence.hpp>
 
 namespace memdecay_tools {
 

@@ -41,7 +41,7 @@
 #include <memdecay/policies/snapkv.hpp>
 #include <memdecay/policies/streaming_llm.hpp>
 #include <memdecay/policies/tova.hpp>
-#include <memdecay/policy_sequence.hpp>
+#include <memdecay/sequence.hpp>
 #include <memdecay/region.hpp>
 #include <memdecay/sequence.hpp>
 #include <memdecay/trace.hpp>

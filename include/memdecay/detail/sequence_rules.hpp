@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: the checks and budget arithmetic every sequence type shares (basic_sequence, basic_policy_sequence),
-// so that their rules and error messages cannot drift apart. Each check throws before anything changes.
+// memdecay: the checks and budget arithmetic every sequence type shares (basic_sequence, basic_manager, the exports), so
+// that their rules and error messages cannot drift apart. Each check throws before anything changes.
 #ifndef MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
 #define MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
 
@@ -11,6 +11,8 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memdecay/config.hpp"
@@ -20,6 +22,7 @@
 #include "memdecay/region.hpp"
 #include "memdecay/sequence_state.hpp"
 #include "memdecay/simd/mass_check.hpp"
+#include "memdecay/simd/select.hpp"
 
 namespace memdecay::detail {
 
@@ -71,7 +74,7 @@ void check_scaled_finite(std::span<const Float> mass, Float scale) {
 
 /// Spreads per-page mass evenly over each page's resident tokens (the mass must be validated already).
 template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] std::vector<Float> spread_page_mass(const sequence_state<Float, PageSize>& state,
+[[nodiscard]] std::vector<Float> spread_page_mass(const sequence_state<PageSize>& state,
                                                   std::span<const Float> page_mass) {
   std::vector<Float> per_token(state.kv_len());
   for (std::size_t p = 0; p < state.num_pages(); ++p) {
@@ -99,16 +102,16 @@ template <std::floating_point Float, std::size_t PageSize>
   return static_cast<std::size_t>((resident_after - marks.high + page_size - 1) / page_size);
 }
 
-/// The plan that evicts the k lowest-scoring evictable pages (ties to the lower index).
+/// The plan that evicts `pages` (ascending, chosen by the caller), `requested` being what was asked for.
 template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] eviction_plan<Float> make_plan(const sequence_state<Float, PageSize>& state, const budget_config& budget,
-                                             std::span<const Float> scores, std::span<const page_status> status,
-                                             std::size_t k) {
+[[nodiscard]] eviction_plan<Float> plan_for_pages(const sequence_state<PageSize>& state, const budget_config& budget,
+                                                  std::span<const Float> scores, std::vector<std::size_t> pages,
+                                                  std::size_t requested) {
   eviction_plan<Float> plan;
-  plan.requested = k;
+  plan.requested = requested;
   plan.page_size = state.page_size();
   plan.generation = state.generation();
-  plan.pages = select_lowest_pages<Float>(scores, status, k);
+  plan.pages = std::move(pages);
   plan.scores.reserve(plan.pages.size());
   for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
   plan.pages_over_budget =
@@ -116,32 +119,49 @@ template <std::floating_point Float, std::size_t PageSize>
   return plan;
 }
 
+/// The plan that evicts the k lowest-scoring evictable pages (ties to the lower index).
+template <std::floating_point Float, std::size_t PageSize>
+[[nodiscard]] eviction_plan<Float> make_plan(const sequence_state<PageSize>& state, const budget_config& budget,
+                                             std::span<const Float> scores, std::span<const page_status> status,
+                                             std::size_t k) {
+  return plan_for_pages<Float>(state, budget, scores, simd::select_lowest_pages_fast<Float>(scores, status, k), k);
+}
+
+/// "<where>: " when the caller names itself (the manager: "commit: sequence 7"), nothing otherwise.
+[[nodiscard]] inline std::string context_prefix(std::string_view where) {
+  return where.empty() ? std::string{} : std::string(where) + ": ";
+}
+
 /// usage_error unless `plan` was made at the state's current generation, for its page size, and names only
-/// resident, full, evictable pages in strictly ascending order (under the config's protections).
+/// resident, full, evictable pages in strictly ascending order (under the protections in effect). `where`
+/// prefixes the message (the call and the request).
 template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
-void check_plan(const eviction_plan<Float>& plan, const sequence_state<Float, PageSize>& state, const Regions& table,
-                const protection_config& protection) {
+void check_plan(const eviction_plan<Float>& plan, const sequence_state<PageSize>& state, const Regions& table,
+                const protection_config& protection, std::string_view where = {}) {
   if (plan.generation != state.generation())
-    raise_usage("stale plan: selected at generation " + to_text(plan.generation) + ", the sequence is at generation " +
-                to_text(state.generation()));
-  if (plan.page_size != state.page_size()) raise_usage("plan was made for page size " + to_text(plan.page_size));
-  state.check_removable(plan.pages);
+    raise_usage(context_prefix(where) + "stale plan: selected at generation " + to_text(plan.generation) +
+                ", the sequence is at generation " + to_text(state.generation()));
+  if (plan.page_size != state.page_size())
+    raise_usage(context_prefix(where) + "plan was made for page size " + to_text(plan.page_size));
+  if (auto problem = state.removal_problem(plan.pages); !problem.empty()) raise_usage(context_prefix(where) + problem);
   std::vector<page_status> status(state.num_pages());
   page_statuses(state, table, protection, {}, std::span<page_status>(status));
   for (std::size_t p : plan.pages)
     if (status[p] != page_status::evictable)
-      raise_usage("plan names page " + to_text(p) + ", which is " + to_string(status[p]));
+      raise_usage(context_prefix(where) + "plan names page " + to_text(p) + ", which is " + to_string(status[p]));
 }
 
-/// usage_error unless `table` agrees with a sequence of `num_pages` pages of `page_size` tokens.
+/// usage_error unless `table` agrees with a sequence of `num_pages` pages of `page_size` tokens. `where`
+/// prefixes the message.
 template <page_table Table>
 void check_page_table(const Table& table, const typename Table::sequence_id& seq, std::size_t page_size,
-                      std::size_t num_pages) {
+                      std::size_t num_pages, std::string_view where = {}) {
   if (static_cast<std::size_t>(table.page_size()) != page_size)
-    raise_usage("page table has page size " + to_text(table.page_size()) + ", sequence has " + to_text(page_size));
+    raise_usage(context_prefix(where) + "page table has page size " + to_text(table.page_size()) +
+                ", sequence has " + to_text(page_size));
   if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages)
-    raise_usage("page table holds " + to_text(table.num_pages(seq)) + " pages for this sequence, the sequence has " +
-                to_text(num_pages));
+    raise_usage(context_prefix(where) + "page table holds " + to_text(table.num_pages(seq)) +
+                " pages for this sequence, the sequence has " + to_text(num_pages));
 }
 
 }  // namespace memdecay::detail

@@ -20,7 +20,7 @@
 
 #include "memdecay/detail/error.hpp"
 #include "memdecay/eviction.hpp"
-#include "memdecay/sequence.hpp"
+#include "memdecay/sequence_like.hpp"
 
 namespace memdecay {
 
@@ -45,16 +45,12 @@ inline void push_position_range(std::vector<llama_position_range>& out, std::uin
 }  // namespace detail
 
 /// The positions `plan` evicts from `seq`, as ascending, merged ranges for llama_memory_seq_rm. Call before
-/// commit. usage_error if the plan is stale or names pages that cannot be removed; input_error if a position does
-/// not fit int32. Changes nothing.
-template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] std::vector<llama_position_range> llama_position_ranges(const basic_sequence<Float, PageSize>& seq,
-                                                                      const eviction_plan<Float>& plan) {
-  if (plan.generation != seq.state().generation() || plan.page_size != seq.page_size())
-    detail::raise_usage("llama_position_ranges: the plan is stale (selected at generation " +
-                        detail::to_text(plan.generation) + ", the sequence is at " +
-                        detail::to_text(seq.state().generation()) + ")");
-  seq.state().check_removable(plan.pages);
+/// commit. usage_error if commit would reject the plan (stale, or naming pages that cannot be removed);
+/// input_error if a position does not fit int32. Changes nothing. Any policy's sequence (sequence_like).
+template <sequence_like Sequence>
+[[nodiscard]] std::vector<llama_position_range> llama_position_ranges(const Sequence& seq,
+                                                                      const typename Sequence::plan_type& plan) {
+  seq.check_commit(plan);
   std::vector<llama_position_range> out;
   const auto origins = seq.state().page_origins();
   for (std::size_t p : plan.pages)
@@ -64,8 +60,8 @@ template <std::floating_point Float, std::size_t PageSize>
 
 /// Every position `seq` has evicted so far, as ascending, merged ranges: the holes in its llama.cpp cache. An
 /// engine that rebuilds or checks its cache (after a restore, or to assert the two agree) replays these.
-template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] std::vector<llama_position_range> llama_evicted_ranges(const basic_sequence<Float, PageSize>& seq) {
+template <sequence_like Sequence>
+[[nodiscard]] std::vector<llama_position_range> llama_evicted_ranges(const Sequence& seq) {
   std::vector<llama_position_range> out;
   const std::uint64_t P = seq.page_size();
   std::uint64_t expected = 0;  // the next original page if nothing had been evicted

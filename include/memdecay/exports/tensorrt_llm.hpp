@@ -24,7 +24,8 @@
 
 #include "memdecay/detail/error.hpp"
 #include "memdecay/region.hpp"
-#include "memdecay/sequence.hpp"
+#include "memdecay/config.hpp"
+#include "memdecay/sequence_like.hpp"
 #include "memdecay/sequence_state.hpp"
 
 namespace memdecay {
@@ -100,10 +101,19 @@ inline void push_retention(std::vector<token_range_retention>& out, std::int64_t
   return out;
 }
 
+/// Retention entries for a request labelled with `spans` under `cfg`: its effective region table
+/// (config.regions with config.region_overrides applied, as every sequence uses). config_error for invalid
+/// options; input_error for an unknown region.
+[[nodiscard]] inline std::vector<token_range_retention> tensorrt_llm_retention(const config& cfg,
+                                                                               std::span<const region_span> spans,
+                                                                               const retention_options& options = {}) {
+  return tensorrt_llm_retention(cfg.effective_regions(), spans, options);
+}
+
 /// Retention entries for the resident tokens of `seq`, at their absolute positions (evicted ranges are left out,
-/// so the blocks still held are ranked by what they hold).
-template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] std::vector<token_range_retention> tensorrt_llm_retention(const basic_sequence<Float, PageSize>& seq,
+/// so the blocks still held are ranked by what they hold), by the sequence's effective region table.
+template <sequence_like Sequence>
+[[nodiscard]] std::vector<token_range_retention> tensorrt_llm_retention(const Sequence& seq,
                                                                         const retention_options& options = {}) {
   options.validate();
   std::vector<token_range_retention> out;

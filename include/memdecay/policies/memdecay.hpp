@@ -2,21 +2,28 @@
 // memdecay policy: the paper's method behind the policy interface.
 //
 // Source: V. Matam and K. Kim, "MemDecay: Region-aware KV cache eviction for efficient LLM agent inference",
-// arXiv:2607.10582, 2026; no public reference implementation (memdecay::basic_sequence is this library's).
+// arXiv:2607.10582, 2026; no public reference implementation (this header is this library's). It is the default
+// policy of memdecay::basic_sequence, so memdecay::sequence is this policy under the one evictor.
 //
 //     s_i = b_r * exp(-lambda_r * dt_i) + alpha * a_i,   a_i <- beta * a_i + (1 - beta) * x_i,
 //     dt_i restarts when x_i > tau;   page score = mean of its tokens' scores.
 //
 // x_i is the observation normalised by config.normalization (config.hpp): none (x = m), uniform (x = n m),
-// lifetime (x = n m, and a_i / (1 - beta^k_i) in the score) or zscore (x = (m - mean) / std). For none and
-// uniform the observation and the scores are computed exactly as memdecay::basic_sequence computes them (the
-// same fused kernel, or the reference loop and a score pass where the isa has no FMA; the same scorer), so this
-// policy evicts exactly what basic_sequence evicts on the same calls (tests/policy_sequence_test.cpp).
+// lifetime (x = n m, and a_i / (1 - beta^k_i) in the score) or zscore (x = (m - mean) / std). The scalar
+// specification is observe_tokens_reference (ewma_tracker.hpp) and page_scores_reference (eviction.hpp) over a
+// token_state; the SIMD kernels match it within the tolerance stated in docs/simd.md (tests sweep both).
 //
-// Scorer: the exp-free kernel (simd/expfree.hpp) by default when the region table is in its domain, else the
-// polynomial-exp kernel (params_type::exp_free_scores = false forces the latter). The exp-free weights follow the
-// clock through the optional on_advance hook (policy.hpp), which basic_policy_sequence calls on every
-// advance_to; a driver that does not call it gets the polynomial kernel's scores whenever the clock has moved.
+// Observation: where the isa fuses multiply-adds (simd::fused_observation_exact), one sweep applies it (EWMA by
+// ewma_step's single rounding, refresh clocks, the refreshed tokens' exp-free weights) and writes the page scores
+// of the new state, which select() then reuses; its EWMA and clocks are bitwise the reference's, so ranks that
+// replay the reference agree bit for bit. Elsewhere the reference loop runs, then a score pass.
+//
+// Scorer: the exp-free kernel (simd/expfree.hpp: a decay term is a per-step region factor times a per-token
+// weight; no exponential per token except at a rebase every floor(40 / max lambda_r) steps) by default when the
+// region table is in its domain, else the polynomial-exp kernel (params_type::exp_free_scores = false, or
+// use_expfree_scores(false), forces the latter). The exp-free weights follow the clock through the optional
+// on_advance hook (policy.hpp), which basic_sequence calls on every advance_to; a driver that does not call it
+// gets the polynomial kernel's scores whenever the clock has moved.
 //
 // State per token: last_refresh (u32), EWMA (Float), the observation count at append (u32), the exp-free weight
 // (Float). Cost: O(n) per observation (one fused sweep that also leaves the page scores for select), O(n)
@@ -32,6 +39,7 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "memdecay/attention.hpp"
@@ -39,11 +47,37 @@
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/growth.hpp"
 #include "memdecay/detail/sequence_rules.hpp"
+#include "memdecay/eviction.hpp"
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/policy.hpp"
 #include "memdecay/retention_score.hpp"
 #include "memdecay/simd/expfree.hpp"
+#include "memdecay/simd/mass_check.hpp"
 #include "memdecay/simd/score_kernel.hpp"
+
+namespace memdecay {
+
+/// One region's share of a page's score: the sums over its tokens divided by the page's token count, so the
+/// shares of all regions add up to the page score.
+template <std::floating_point Float>
+struct region_contribution {
+  region_id region;
+  std::size_t tokens;
+  score_terms<Float> terms;
+};
+
+/// Why a page scores what it scores under policies::memdecay (for logs and the demo; not on the hot path).
+template <std::floating_point Float>
+struct page_explanation {
+  std::size_t page;                 ///< logical index in the resident layout
+  std::uint64_t first_position;     ///< absolute position of its first token
+  std::size_t tokens;
+  page_status status;
+  score_terms<Float> terms;         ///< mean decay and attention terms; terms.total() is the page score
+  std::vector<region_contribution<Float>> by_region;  ///< ascending region id
+};
+
+}  // namespace memdecay
 
 namespace memdecay::policies {
 
@@ -61,7 +95,7 @@ class memdecay {
            ///< among fourteen idle ones keeps its page (scalar reference path, one exp per token per selection)
   };
   struct params_type {
-    /// Score with the exp-free kernel when the region table allows it (basic_sequence::use_expfree_scores).
+    /// Score with the exp-free kernel when the region table allows it (use_expfree_scores).
     bool exp_free_scores = true;
     page_aggregation aggregation = page_aggregation::mean;
   };
@@ -106,13 +140,37 @@ class memdecay {
     }
     scores_valid_ = false;
   }
-  /// The clock moved to view.now (basic_policy_sequence::advance_to): the exp-free factors follow, rebasing the
+  /// The clock moved to view.now (basic_sequence::advance_to): the exp-free factors follow, rebasing the
   /// weights when the clock has run floor(40 / max lambda_r) steps past the epoch.
   void on_advance(const sequence_view& view) noexcept {
     scores_valid_ = false;
     if (expfree_)
       simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_,
                             weights_.data());
+  }
+  /// Chooses the scorer (see the top of this file): on, the exp-free kernel whenever the region table is inside
+  /// its domain; off, the polynomial-exp kernel. Returns whether the exp-free kernel is now in use. The two agree
+  /// to within the scorer's tolerance (docs/simd.md), not bit for bit. Strong guarantee (the weights allocate).
+  bool use_expfree_scores(const sequence_view& view, bool on) {
+    if (on && clock_.usable()) {
+      std::vector<Float> w(view.kv_len());
+      clock_.set(view.now, view.now);
+      simd::rebase_weights(view.labels.data(), last_refresh_.data(), view.kv_len(), clock_, w.data());
+      weights_ = std::move(w);
+      expfree_ = true;
+    } else {
+      expfree_ = false;
+      weights_ = {};
+    }
+    scores_valid_ = false;  // cached scores came from the other kernel
+    return expfree_;
+  }
+  /// The evictor's fast path: true when `mass` (one entry per resident token) is finite, non-negative and stays
+  /// finite once normalised, checked in one branch-free pass; false sends the evictor to the checks that name the
+  /// bad entry (validate_mass, then check_observation).
+  [[nodiscard]] bool observation_is_valid(const sequence_view& view, std::span<const Float> mass) const noexcept {
+    return mode_ != attention_normalization::zscore &&
+           simd::mass_is_valid(mass.data(), mass.size(), normalization_scale<Float>(mode_, view.kv_len()));
   }
   void check_observation(const sequence_view& view, std::span<const Float> mass) const {
     if (mode_ != attention_normalization::zscore) {
@@ -143,7 +201,7 @@ class memdecay {
     }
     params_.scale = normalization_scale<Float>(mode_, view.kv_len());
     if constexpr (simd::fused_observation_exact) {
-      // As basic_sequence::apply: one sweep that also leaves the page scores (not for lifetime, whose attention
+      // One sweep that also leaves the page scores (not for lifetime, whose attention
       // term needs the observation count).
       // (A copy of the policy may hold less capacity than reserve() left: then no cache, nothing allocated.)
       if (mode_ != attention_normalization::lifetime && aggregation_ == page_aggregation::mean &&
@@ -180,6 +238,27 @@ class memdecay {
   [[nodiscard]] score_terms<Float> token_terms(const sequence_view& view, std::size_t index) const noexcept {
     return token_score_terms(*view.regions, view.labels[index], last_refresh_[index], view.now, alpha_,
                              attention(index));
+  }
+  /// The score of page `page` (status as the evictor computed it) broken down by term and region, by the scalar
+  /// reference formula.
+  [[nodiscard]] page_explanation<Float> explain_page(const sequence_view& view, std::size_t page,
+                                                     page_status status) const {
+    page_explanation<Float> e{page, view.position_of(view.page_begin(page)), view.tokens_in_page(page), status, {}, {}};
+    std::vector<region_contribution<Float>> acc(view.regions->size());
+    for (std::size_t r = 0; r < acc.size(); ++r) acc[r].region = static_cast<region_id>(r);
+    const Float inv_n = Float{1} / static_cast<Float>(e.tokens);
+    for (std::size_t i = view.page_begin(page); i < view.page_begin(page) + e.tokens; ++i) {
+      const auto t = token_terms(view, i);
+      auto& a = acc[view.labels[i]];
+      ++a.tokens;
+      a.terms.decay += t.decay * inv_n;
+      a.terms.attention += t.attention * inv_n;
+      e.terms.decay += t.decay * inv_n;
+      e.terms.attention += t.attention * inv_n;
+    }
+    for (const auto& a : acc)
+      if (a.tokens) e.by_region.push_back(a);
+    return e;
   }
   void page_scores(const sequence_view& view, std::span<Float> out) const {
     // Left by the fused observation, and nothing moved since: the hooks clear scores_valid_; the step and the

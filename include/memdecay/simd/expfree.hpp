@@ -55,7 +55,7 @@
 #include "memdecay/ewma_tracker.hpp"
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/token_state.hpp"
 #include "memdecay/simd/arch.hpp"
 #include "memdecay/simd/exp.hpp"
 #include "memdecay/simd/packet.hpp"
@@ -404,11 +404,11 @@ void sync_weights(const region_id* regions, const step_t* last_refresh, std::siz
     if (last_refresh[i] == now) w[i] = g[regions[i]];
 }
 
-// --- on a sequence_state, with the weights held beside it ----------------------------------------------------
+// --- on a token_state, with the weights held beside it ----------------------------------------------------
 
 /// Moves `clock` to state.now(), rebasing `w` (kv_len() entries) first when needed. Returns whether it rebased.
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-bool advance_expfree(const sequence_state<Float, PageSize>& state, expfree_clock<Float>& clock,
+bool advance_expfree(const token_state<Float, PageSize>& state, expfree_clock<Float>& clock,
                      std::span<Float> w) noexcept {
   return advance_expfree<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), state.now(), clock,
                             w.data());
@@ -416,7 +416,7 @@ bool advance_expfree(const sequence_state<Float, PageSize>& state, expfree_clock
 
 /// Recomputes every weight of `state` with the epoch at state.now() (a full rebase).
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-void reset_expfree(const sequence_state<Float, PageSize>& state, expfree_clock<Float>& clock,
+void reset_expfree(const token_state<Float, PageSize>& state, expfree_clock<Float>& clock,
                    std::span<Float> w) noexcept {
   clock.template set<A>(state.now(), state.now());
   rebase_weights<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), clock, w.data());
@@ -424,7 +424,7 @@ void reset_expfree(const sequence_state<Float, PageSize>& state, expfree_clock<F
 
 /// Page scores of `state` from its weights (clock at state.now()).
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-void page_scores_expfree(const sequence_state<Float, PageSize>& state, std::span<const Float> w,
+void page_scores_expfree(const token_state<Float, PageSize>& state, std::span<const Float> w,
                          const expfree_clock<Float>& clock, Float alpha, std::span<Float> out) noexcept {
   score_pages_expfree<A, PageSize>(state.regions().data(), w.data(), state.ewma().data(), state.kv_len(),
                                    state.page_size(), clock, alpha, out.data());
@@ -432,7 +432,7 @@ void page_scores_expfree(const sequence_state<Float, PageSize>& state, std::span
 
 /// The exp-free fused pass on `state` (clock at state.now()). The caller bumps the generation (state.touch()).
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-std::size_t observe_and_score_expfree(sequence_state<Float, PageSize>& state, std::span<Float> w,
+std::size_t observe_and_score_expfree(token_state<Float, PageSize>& state, std::span<Float> w,
                                       std::span<const Float> mass, const observation_params<Float>& obs,
                                       const expfree_clock<Float>& clock, Float alpha, std::span<Float> out) noexcept {
   return observe_and_score_expfree<A, PageSize>(state.regions().data(), state.last_refresh_mut().data(), w.data(),

@@ -36,7 +36,7 @@
 #include "memdecay/page_geometry.hpp"
 #include "memdecay/region.hpp"
 #include "memdecay/retention_score.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/token_state.hpp"
 #include "memdecay/simd/arch.hpp"
 #include "memdecay/simd/exp.hpp"
 #include "memdecay/simd/packet.hpp"
@@ -262,11 +262,11 @@ std::size_t observe(step_t* last_refresh, Float* ewma, const Float* mass, std::s
   return vobs.refreshed + sobs.refreshed;
 }
 
-// --- the same on a sequence_state ------------------------------------------------------------------------------
+// --- the same on a token_state ------------------------------------------------------------------------------
 
 /// Page scores of `state` into `out` (num_pages() entries).
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-void page_scores(const sequence_state<Float, PageSize>& state, const region_lut<Float>& lut, Float alpha,
+void page_scores(const token_state<Float, PageSize>& state, const region_lut<Float>& lut, Float alpha,
                  std::span<Float> out) noexcept {
   score_pages<A, PageSize>(state.regions().data(), state.last_refresh().data(), state.ewma().data(),
                            state.kv_len(), state.page_size(), state.now(), lut, alpha, out.data());
@@ -275,7 +275,7 @@ void page_scores(const sequence_state<Float, PageSize>& state, const region_lut<
 /// The fused pass on `state` (`mass`: kv_len() validated entries; `out`: num_pages() entries). The caller bumps
 /// the state's generation (state.touch()) afterwards, as for observe_tokens_reference.
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
-std::size_t observe_and_score(sequence_state<Float, PageSize>& state, std::span<const Float> mass,
+std::size_t observe_and_score(token_state<Float, PageSize>& state, std::span<const Float> mass,
                               const observation_params<Float>& obs, const region_lut<Float>& lut, Float alpha,
                               std::span<Float> out) noexcept {
   return observe_and_score<A, PageSize>(state.regions().data(), state.last_refresh_mut().data(),

@@ -10,6 +10,5 @@
 #include "memdecay/simd/score_kernel.hpp"
 #include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/select.hpp"
-#include "memdecay/simd/compact_state.hpp"
 
 #endif  // MEMDECAY_SIMD_SIMD_HPP
