@@ -347,7 +347,8 @@ class basic_manager {
   /// Re-flags every page of every sequence from a table that counts references: shared exactly when its physical
   /// page has more than one holder, holders in this manager found by their physical ids (so the global budget
   /// counts the block once). `table_id` maps a manager id to the table's. usage_error, changing nothing, if the
-  /// table does not hold a sequence or holds a different number of pages. Cost: O(resident pages) table lookups.
+  /// table does not hold a sequence or holds a different number of pages. Cost: O(resident pages) table lookups,
+  /// plus one ref_counts() pass where the table has one (bulk_counted_page_table), else a ref_count() per page.
   template <shared_page_table Table, class IdMap>
   void mark_shared_from(const Table& table, IdMap table_id) {
     for (const auto& [id, e] : entries_)
@@ -355,13 +356,19 @@ class basic_manager {
                                "mark_shared_from: sequence " + detail::to_text(id));
     std::map<SequenceId, std::map<std::uint64_t, std::uint64_t>> flags;
     std::map<std::uint64_t, block_holders> blocks;
+    std::vector<std::size_t> counts;  // every block's holders in one pass, where the table can
+    if constexpr (bulk_counted_page_table<Table>) counts = table.ref_counts();
+    const auto refs_of = [&](const auto& block) {
+      if constexpr (bulk_counted_page_table<Table>) return counts.at(static_cast<std::size_t>(block));
+      else return static_cast<std::size_t>(table.ref_count(block));
+    };
     for (const auto& [id, e] : entries_) {
       const auto tid = table_id_of<Table>(table_id, id);
       auto& f = flags[id];
       const auto origins = e.seq->state().page_origins();
       for (std::size_t p = 0; p < e.seq->num_pages(); ++p) {
         const auto block = table.page_at(tid, p);
-        const auto refs = static_cast<std::size_t>(table.ref_count(block));
+        const auto refs = refs_of(block);
         if (refs <= 1) continue;
         const std::uint64_t key = static_cast<std::uint64_t>(block);  // physical ids sit below the synthetic keys
         f.emplace(origins[p], key);

@@ -21,6 +21,7 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "memdecay/detail/error.hpp"
 
@@ -56,6 +57,13 @@ concept checked_page_table =
 template <class T>
 concept shared_page_table = page_table<T> && requires(const T& table, const typename T::page_id& id) {
   { table.ref_count(id) } -> std::convertible_to<std::size_t>;
+};
+
+/// A shared_page_table that counts every page's holders in one pass: ref_counts()[id] == ref_count(id). The manager
+/// uses it to re-flag shared pages in O(table) instead of O(pages x table) (mark_shared_from).
+template <class T>
+concept bulk_counted_page_table = shared_page_table<T> && requires(const T& table) {
+  { table.ref_counts() } -> std::convertible_to<std::vector<std::size_t>>;
 };
 
 /// Throws usage_error unless `pages` are strictly ascending logical indices below `num_pages`. Every table in

@@ -77,6 +77,14 @@ class flashinfer_csr {
     if (indptr_.back() < 0 || static_cast<std::size_t>(indptr_.back()) > indices_.size()) validate();
     return static_cast<std::size_t>(std::count(indices_.begin(), indices_.begin() + indptr_.back(), id));
   }
+  /// ref_count() of every page of the pool at once (index = page id), in one pass: O(nnz + pool pages), where
+  /// asking ref_count() per page costs O(nnz) each.
+  [[nodiscard]] std::vector<std::size_t> ref_counts() const {
+    validate();
+    std::vector<std::size_t> counts(num_pool_pages_, 0);
+    for (std::size_t k = 0; k < nnz(); ++k) ++counts[static_cast<std::size_t>(indices_[k])];
+    return counts;
+  }
 
   /// Throws input_error naming the first inconsistency of the arrays; returns when they are a valid CSR.
   void validate() const {

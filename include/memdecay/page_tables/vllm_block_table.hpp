@@ -81,6 +81,19 @@ class vllm_block_table {
     }
     return count;
   }
+  /// ref_count() of every block of the pool at once (index = block id), in one pass over the valid entries:
+  /// O(rows + entries + pool blocks), where asking ref_count() per page costs O(rows x max_blocks_per_row) each.
+  [[nodiscard]] std::vector<std::size_t> ref_counts() const {
+    std::vector<std::size_t> counts(num_pool_blocks_, 0);
+    for (std::size_t r = 0; r < num_rows(); ++r) {
+      check_row(r);
+      for (std::int32_t id : row_blocks(r)) {
+        if (id < 0 || static_cast<std::size_t>(id) >= num_pool_blocks_) validate();  // names the bad entry
+        ++counts[static_cast<std::size_t>(id)];
+      }
+    }
+    return counts;
+  }
 
   /// Throws input_error naming the first inconsistency of the arrays.
   void validate() const {
@@ -88,28 +101,31 @@ class vllm_block_table {
       detail::raise_input("vllm_block_table: block_ids has " + detail::to_text(block_ids_.size()) +
                           " entries, expected rows x max_blocks_per_row = " + detail::to_text(num_rows()) + " x " +
                           detail::to_text(stride_));
-    std::vector<std::int32_t> sorted;
-    for (std::size_t r = 0; r < num_rows(); ++r) {
-      if (num_blocks_[r] < 0 || static_cast<std::size_t>(num_blocks_[r]) > stride_)
-        detail::raise_input("vllm_block_table: num_blocks_per_row[" + detail::to_text(r) + "] = " +
-                            detail::to_text(num_blocks_[r]) + " (must be in [0, " + detail::to_text(stride_) + "])");
-      const auto row = block_ids_.subspan(r * stride_, static_cast<std::size_t>(num_blocks_[r]));
-      for (std::size_t k = 0; k < row.size(); ++k)
-        if (row[k] < 0 || static_cast<std::size_t>(row[k]) >= num_pool_blocks_)
-          detail::raise_input("vllm_block_table: row " + detail::to_text(r) + " block " + detail::to_text(k) + " = " +
-                              detail::to_text(row[k]) + " is not a block of the pool (" +
-                              detail::to_text(num_pool_blocks_) + " blocks)");
-      sorted.assign(row.begin(), row.end());
-      std::sort(sorted.begin(), sorted.end());
-      if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
-        detail::raise_input("vllm_block_table: row " + detail::to_text(r) + " lists block " + detail::to_text(*dup) +
-                            " twice");
-    }
+    for (std::size_t r = 0; r < num_rows(); ++r) validate_row(r);
+  }
+  /// Throws input_error naming the first inconsistency of row r (its count, its ids, a block listed twice).
+  void validate_row(sequence_id r) const {
+    if (num_blocks_[r] < 0 || static_cast<std::size_t>(num_blocks_[r]) > stride_)
+      detail::raise_input("vllm_block_table: num_blocks_per_row[" + detail::to_text(r) + "] = " +
+                          detail::to_text(num_blocks_[r]) + " (must be in [0, " + detail::to_text(stride_) + "])");
+    const auto row = block_ids_.subspan(r * stride_, static_cast<std::size_t>(num_blocks_[r]));
+    for (std::size_t k = 0; k < row.size(); ++k)
+      if (row[k] < 0 || static_cast<std::size_t>(row[k]) >= num_pool_blocks_)
+        detail::raise_input("vllm_block_table: row " + detail::to_text(r) + " block " + detail::to_text(k) + " = " +
+                            detail::to_text(row[k]) + " is not a block of the pool (" +
+                            detail::to_text(num_pool_blocks_) + " blocks)");
+    std::vector<std::int32_t> sorted(row.begin(), row.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+      detail::raise_input("vllm_block_table: row " + detail::to_text(r) + " lists block " + detail::to_text(*dup) +
+                          " twice");
   }
 
-  /// Throws what remove_pages(r, pages) would throw, changing nothing.
+  /// Throws what remove_pages(r, pages) would throw, changing nothing. Checks the row it touches (O(its blocks x
+  /// log)), not the whole table: a commit of a 128-row batch no longer costs rows x blocks per row.
   void check_remove_pages(sequence_id r, std::span<const std::size_t> pages) const {
-    validate();
+    check_row(r);
+    validate_row(r);
     check_page_list(pages, num_pages(r));
   }
 
