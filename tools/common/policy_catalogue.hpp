@@ -3,12 +3,12 @@
 // description that states its parameters beside its source, and how to build its sequence from a run's config.
 //
 // Every baseline runs with the parameters its source runs it with (docs/policies.md has the table, with each
-// source and every place the evaluation departs from it). The tools differ only in what they wrap a sequence in,
-// so the catalogue is generic in that: `policy_catalogue(options, wrap)` calls
+// source and every place the evaluation departs from it). `policy_catalogue(options, wrap)` calls
 //
 //   wrap(name, description, construct)   // construct(const memdecay::config&) -> a policy_sequence<...>
 //
-// once per policy, in table order, and returns what `wrap` returns (each tool's own type-erased entry).
+// once per policy, in table order, and returns what `wrap` returns: both tools wrap with
+// memdecay_tools::erasing_wrapper (any_sequence.hpp), into their own entry type.
 #ifndef MEMDECAY_TOOLS_COMMON_POLICY_CATALOGUE_HPP
 #define MEMDECAY_TOOLS_COMMON_POLICY_CATALOGUE_HPP
 
@@ -65,24 +65,7 @@ inline constexpr std::size_t snapkv_window = 64;             ///< SnapKVCluster(
 inline constexpr std::size_t snapkv_kernel = 5;              ///< kernel_size=5, pooling='avgpool'
 }  // namespace source_params
 
-/// The `wrap` of a tool whose entries are {name, description, make} with make(config, extra...) returning a
-/// std::unique_ptr<Base> to Runner<the policy's sequence>(sequence, extra...): its type-erased runner per policy.
-template <class Entry, class Base, template <class> class Runner, class... Extra>
-struct runner_wrapper {
-  template <class Construct>
-  Entry operator()(std::string name, std::string description, Construct construct) const {
-    Entry e;
-    e.name = std::move(name);
-    e.description = std::move(description);
-    e.make = [construct](const memdecay::config& cfg, Extra... extra) -> std::unique_ptr<Base> {
-      auto seq = construct(cfg);
-      return std::make_unique<Runner<decltype(seq)>>(std::move(seq), extra...);
-    };
-    return e;
-  }
-};
-
-/// MemDecay in one normalisation mode, always policy_sequence<policies::memdecay>.
+/// MemDecay in one normalisation mode (memdecay::sequence: the one evictor with policies::memdecay).
 template <class Wrap>
 auto memdecay_entry(memdecay::attention_normalization mode, const catalogue_options& o, Wrap& wrap) {
   namespace md = memdecay;

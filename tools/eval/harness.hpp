@@ -70,6 +70,7 @@
 #include <memdecay/region.hpp>
 #include <memdecay/trace.hpp>
 
+#include "../common/any_sequence.hpp"
 #include "../common/policy_catalogue.hpp"
 #include "episodes.hpp"
 #include "oracle.hpp"
@@ -85,61 +86,12 @@ using pool_type = md::block_pool<std::int32_t, std::uint64_t>;
 // Policies
 // ------------------------------------------------------------------------------------------------------------
 
-/// One policy driving one sequence: the calls of the evaluation loop, type-erased.
-class policy_runner {
- public:
-  virtual ~policy_runner() = default;
-  virtual void append(md::region_id region, std::size_t tokens) = 0;
-  virtual void observe(std::span<const float> resident_mass) = 0;
-  virtual void advance_to(md::step_t step) = 0;
-  [[nodiscard]] virtual std::size_t kv_len() const = 0;
-  [[nodiscard]] virtual std::uint64_t position_of(std::size_t index) const = 0;
-  [[nodiscard]] virtual std::uint64_t budget_tokens() const = 0;
-  struct enforced {
-    std::size_t pages = 0;     ///< pages committed (evicted)
-    bool selected = false;     ///< the budget was exceeded, so a plan was made
-    bool over_budget = false;  ///< the plan could not reach the budget (pinned / protected pages)
-  };
-  /// When resident tokens exceed the budget: plans and commits to the session's page table and the policy
-  /// together (nothing when the plan is empty).
-  virtual enforced enforce(pool_type& table, std::uint64_t sequence) = 0;
-};
-
-template <class Sequence>
-class sequence_runner final : public policy_runner {
- public:
-  explicit sequence_runner(Sequence seq) : seq_(std::move(seq)) {}
-  void append(md::region_id region, std::size_t tokens) override { seq_.append(region, tokens); }
-  void observe(std::span<const float> mass) override { seq_.observe_tokens(mass); }
-  void advance_to(md::step_t step) override {
-    if (step > seq_.now()) seq_.advance_to(step);
-  }
-  [[nodiscard]] std::size_t kv_len() const override { return seq_.kv_len(); }
-  [[nodiscard]] std::uint64_t position_of(std::size_t i) const override { return seq_.position_of(i); }
-  [[nodiscard]] std::uint64_t budget_tokens() const override {
-    return seq_.get_config().budget.in_tokens(seq_.page_size(), seq_.logical_len()).high;
-  }
-  enforced enforce(pool_type& table, std::uint64_t sequence) override {
-    enforced out;
-    if (seq_.kv_len() <= budget_tokens()) return out;
-    out.selected = true;
-    const auto plan = seq_.select_for_budget();
-    out.over_budget = plan.pages_over_budget > 0;
-    out.pages = plan.pages.size();
-    if (!plan.pages.empty()) seq_.commit(plan, table, sequence);
-    return out;
-  }
-
- private:
-  Sequence seq_;
-};
-
-/// A policy by name, with a factory that builds its runner from the run's config (budget, page size, protections
+/// A policy by name, with a factory that builds its sequence from the run's config (budget, page size, protections
 /// and region overrides already set).
 struct policy_kind {
   std::string name;
   std::string description;
-  std::function<std::unique_ptr<policy_runner>(const md::config&)> make;
+  std::function<std::unique_ptr<memdecay_tools::any_sequence>(const md::config&)> make;
   bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
 };
 
@@ -155,8 +107,8 @@ inline policy_kind oracle_kind() {
 /// MemDecay's and the baselines' parameters (tools/common/policy_catalogue.hpp).
 using memdecay_options = memdecay_tools::catalogue_options;
 
-/// Wraps a catalogue entry's sequence in this harness's runner.
-using kind_wrapper = memdecay_tools::runner_wrapper<policy_kind, policy_runner, sequence_runner>;
+/// Wraps a catalogue entry's sequence behind the tools' one interface (tools/common/any_sequence.hpp).
+using kind_wrapper = memdecay_tools::erasing_wrapper<policy_kind>;
 
 /// MemDecay in one normalisation mode, always through policy_sequence<policies::memdecay>.
 inline policy_kind memdecay_kind(md::attention_normalization mode, const memdecay_options& m = {}) {
@@ -482,7 +434,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   res.steps = sch.steps.size();
   res.budget_tokens = budget;
   const md::config cfg = run_config(s, spec.page_size, budget);
-  std::unique_ptr<policy_runner> policy;
+  std::unique_ptr<memdecay_tools::any_sequence> policy;
   if (spec.kind.oracle) {
     std::vector<std::uint32_t> step_end;
     for (const auto& st : sch.steps) step_end.push_back(st.end());
@@ -490,8 +442,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
                                                          budget, cfg.effective_protection(spec.page_size, n),
                                                          cfg.effective_regions()));
     using seq = md::policy_sequence<oracle::planned>;
-    policy = std::make_unique<sequence_runner<seq>>(
-        seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
+    policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
   } else {
     policy = spec.kind.make(cfg);
   }
@@ -550,7 +501,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     hook(call_kind::policy_observe, i, row.size());
     policy->advance_to(static_cast<md::step_t>(i + 1));
     hook(call_kind::advance, i, i + 1);
-    const auto e = policy->enforce(session.table(), session.sequence());
+    const auto e = memdecay_tools::enforce_budget(*policy, session.table(), session.sequence());
     if (e.selected) {
       hook(call_kind::select, i, e.pages);
       if (e.pages > 0) hook(call_kind::commit, i, e.pages);

@@ -46,6 +46,7 @@
 #include <memdecay/sequence.hpp>
 #include <memdecay/trace.hpp>
 
+#include "../common/any_sequence.hpp"
 #include "../common/policy_catalogue.hpp"
 
 namespace memdecay::replay {
@@ -62,105 +63,74 @@ struct eviction_record {
   std::vector<std::pair<region_id, std::size_t>> regions;  ///< tokens per region, ascending id
 };
 
-/// A policy under replay: the calls an engine makes, type-erased so policies of any type share one driver.
+/// A policy under replay: its sequence (any policy, behind tools/common/any_sequence.hpp) and the block pool it
+/// commits through, sized for the episode.
 class runner {
  public:
-  virtual ~runner() = default;
-  virtual void advance_to(step_t step) = 0;
-  virtual void append(region_id region, std::size_t tokens) = 0;
-  virtual void observe(std::span<const float> resident_mass) = 0;
-  [[nodiscard]] virtual std::size_t kv_len() const = 0;
-  [[nodiscard]] virtual std::uint64_t position_of(std::size_t index) const = 0;
+  runner(std::unique_ptr<memdecay_tools::any_sequence> seq, std::size_t total_tokens)
+      : seq_(std::move(seq)), pool_(total_tokens / seq_->page_size() + 2, seq_->page_size()) {
+    pool_.open(id_);
+  }
+  void advance_to(step_t step) { seq_->advance_to(step); }
+  void append(region_id region, std::size_t tokens) {
+    seq_->append(region, tokens);
+    pool_.append_tokens(id_, tokens);
+  }
+  void observe(std::span<const float> mass) { seq_->observe(mass); }
+  [[nodiscard]] std::size_t kv_len() const { return seq_->kv_len(); }
+  [[nodiscard]] std::uint64_t position_of(std::size_t index) const { return seq_->position_of(index); }
   /// When over budget: plans, commits to the sequence and the block pool together, and returns one record per
   /// evicted page (with its score terms and regions when `explain`); `over_budget` says whether the plan fell
   /// short of the budget (pinned or protected pages alone exceed it).
-  virtual std::vector<eviction_record> enforce_budget(bool explain, bool& over_budget) = 0;
-  [[nodiscard]] virtual std::uint64_t budget_high_tokens() const = 0;
-};
-
-/// A runner over any sequence type with memdecay::sequence's calls (memdecay::sequence, or an evictor over
-/// another policy). It owns a block pool sized for the episode; every commit goes through the pool.
-template <class Sequence>
-class sequence_runner final : public runner {
- public:
-  sequence_runner(Sequence seq, std::size_t total_tokens)
-      : seq_(std::move(seq)), pool_(total_tokens / seq_.page_size() + 2, seq_.page_size()) {
-    pool_.open(id_);
-  }
-  void advance_to(step_t step) override {
-    if (step > seq_.now()) seq_.advance_to(step);
-  }
-  void append(region_id region, std::size_t tokens) override {
-    seq_.append(region, tokens);
-    pool_.append_tokens(id_, tokens);
-  }
-  void observe(std::span<const float> mass) override { seq_.observe_tokens(mass); }
-  [[nodiscard]] std::size_t kv_len() const override { return seq_.kv_len(); }
-  [[nodiscard]] std::uint64_t position_of(std::size_t index) const override { return seq_.position_of(index); }
-  [[nodiscard]] std::uint64_t budget_high_tokens() const override {
-    return seq_.get_config().budget.in_tokens(seq_.page_size(), seq_.logical_len()).high;
-  }
-  std::vector<eviction_record> enforce_budget(bool explain, bool& over_budget) override {
-    over_budget = false;
-    if (seq_.kv_len() <= budget_high_tokens()) return {};
-    const auto plan = seq_.select_for_budget();
-    over_budget = plan.pages_over_budget > 0;
+  std::vector<eviction_record> enforce_budget(bool explain, bool& over_budget) {
     std::vector<eviction_record> out;
-    out.reserve(plan.pages.size());
-    const std::size_t P = seq_.page_size();
-    const auto labels = seq_.state().regions();
-    for (std::size_t k = 0; k < plan.pages.size(); ++k) {
-      const std::size_t p = plan.pages[k];
-      eviction_record e;
-      e.page = p;
-      e.first_position = seq_.position_of(p * P);
-      e.tokens = P;
-      e.score = static_cast<double>(plan.scores[k]);
-      if (explain) {
-        if constexpr (requires { seq_.explain_page(p); }) {
-          const auto x = seq_.explain_page(p);
-          e.has_terms = true;
-          e.decay = static_cast<double>(x.terms.decay);
-          e.attention = static_cast<double>(x.terms.attention);
-        } else if constexpr (requires { seq_.policy().token_terms(seq_.view(), p); }) {
-          const auto view = seq_.view();  // MemDecay behind the policy interface: the page mean of its terms
-          for (std::size_t i = p * P; i < (p + 1) * P; ++i) {
-            const auto t = seq_.policy().token_terms(view, i);
-            e.decay += static_cast<double>(t.decay) / static_cast<double>(P);
-            e.attention += static_cast<double>(t.attention) / static_cast<double>(P);
+    const auto done = memdecay_tools::enforce_budget(*seq_, pool_, id_, [&](const auto& plan) {
+      const std::size_t P = seq_->page_size();
+      const auto labels = seq_->labels();
+      out.reserve(plan.pages.size());
+      for (std::size_t k = 0; k < plan.pages.size(); ++k) {
+        const std::size_t p = plan.pages[k];
+        eviction_record e;
+        e.page = p;
+        e.first_position = seq_->position_of(p * P);
+        e.tokens = P;
+        e.score = static_cast<double>(plan.scores[k]);
+        if (explain) {
+          if (const auto terms = seq_->explain(p)) {
+            e.has_terms = true;
+            e.decay = terms->decay;
+            e.attention = terms->attention;
           }
-          e.has_terms = true;
+          std::size_t per_region[256] = {};
+          for (std::size_t i = p * P; i < (p + 1) * P; ++i) ++per_region[labels[i]];
+          for (std::size_t r = 0; r < 256; ++r)
+            if (per_region[r]) e.regions.emplace_back(static_cast<region_id>(r), per_region[r]);
         }
-        std::size_t per_region[256] = {};
-        for (std::size_t i = p * P; i < (p + 1) * P; ++i) ++per_region[labels[i]];
-        for (std::size_t r = 0; r < 256; ++r)
-          if (per_region[r]) e.regions.emplace_back(static_cast<region_id>(r), per_region[r]);
+        out.push_back(std::move(e));
       }
-      out.push_back(std::move(e));
-    }
-    seq_.commit(plan, pool_, id_);
+    });
+    over_budget = done.over_budget;
     return out;
   }
-  [[nodiscard]] const Sequence& sequence() const noexcept { return seq_; }
 
  private:
-  Sequence seq_;
+  std::unique_ptr<memdecay_tools::any_sequence> seq_;
   block_pool<> pool_;
   std::uint64_t id_ = 0;
 };
 
-/// A named policy: builds a runner for one episode from the replay's base config (budget already set).
+/// A named policy: builds its sequence for one episode from the replay's base config (budget already set).
 struct policy_entry {
   std::string name;
   std::string description;
-  std::function<std::unique_ptr<runner>(const config&, std::size_t total_tokens)> make;
+  std::function<std::unique_ptr<memdecay_tools::any_sequence>(const config&)> make;
 };
 
 /// MemDecay's and the baselines' parameters (tools/common/policy_catalogue.hpp).
 using memdecay_options = memdecay_tools::catalogue_options;
 
-/// Wraps a catalogue entry's sequence in the replay's runner.
-using entry_wrapper = memdecay_tools::runner_wrapper<policy_entry, runner, sequence_runner, std::size_t>;
+/// Wraps a catalogue entry's sequence behind the tools' one interface.
+using entry_wrapper = memdecay_tools::erasing_wrapper<policy_entry>;
 
 /// MemDecay with a normalisation mode (policy_sequence<policies::memdecay>; per-mode defaults unless given).
 inline policy_entry memdecay_policy(attention_normalization mode, std::optional<double> alpha = {},
@@ -361,9 +331,9 @@ inline cell_result replay_tier(const trace::trace_file& file, const policy_entry
   for (std::size_t e = 0; e < file.episodes.size(); ++e) {
     const auto& ep = file.episodes[e];
     const auto total = ep.total_tokens();
-    auto run = policy.make(episode_config(settings, fraction, total), static_cast<std::size_t>(total));
+    runner run(policy.make(episode_config(settings, fraction, total)), static_cast<std::size_t>(total));
     const eviction_context ctx{&cell.policy, fraction, &file.label, e, &ep.name, 0};
-    replay_episode(ep, *run, cell, file.region_names.size(), ctx, sink);
+    replay_episode(ep, run, cell, file.region_names.size(), ctx, sink);
     if (progress) progress();
   }
   return cell;
