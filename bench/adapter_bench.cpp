@@ -11,8 +11,8 @@
 #include <numeric>
 #include <vector>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/manager.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 #include <memdecay/page_tables/vllm_block_table.hpp>
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include <memdecay/eviction.hpp>
+#include <memdecay/core/eviction.hpp>
 #include <memdecay/simd/select.hpp>
 
 namespace md = memdecay;

@@ -18,14 +18,14 @@
 #include <utility>
 #include <vector>
 
-#include <memdecay/block_pool.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/core/manager.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 #include <memdecay/page_tables/sglang_req_to_token.hpp>
 #include <memdecay/page_tables/vllm_block_table.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 namespace memdecay_examples {
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/manager.hpp>
 
 namespace memdecay_kv_engine {
 

@@ -1,6 +1,6 @@
 """Seeded synthetic agent episodes in the token grammar of the issue-8 contract (sections 2 and 3).
 
-Structure mirrors include/memdecay/trace_generator.hpp: a system prompt, the user's task, a plan, then actions
+Structure mirrors include/memdecay/io/trace_generator.hpp: a system prompt, the user's task, a plan, then actions
 until the episode holds exactly `tier` tokens: tool calls (tool_in, then a long tool_out body), retrieved documents,
 scratchpad bursts, user follow-ups and plan updates (weights 0.35/0.15/0.25/0.10/0.15), with the segment length
 ranges of tier_config (450 and 1700 tokens); the last segment is trimmed so the episode length is exact.

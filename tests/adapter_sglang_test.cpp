@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memdecay/page_tables/sglang_req_to_token.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <cstdint>
 #include <numeric>

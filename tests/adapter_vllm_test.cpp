@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memdecay/page_tables/vllm_block_table.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <cstdint>
 #include <vector>

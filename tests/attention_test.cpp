@@ -1,7 +1,7 @@
 // Tests for attention.hpp: mass validation, normalisation and the Eigen head/layer reductions.
 #include <gtest/gtest.h>
 
-#include <memdecay/attention.hpp>
+#include <memdecay/core/attention.hpp>
 
 #include <Eigen/Core>
 #include <cmath>

@@ -2,7 +2,7 @@
 // reference-counted prefix sharing, and the invariants consistent() checks.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
 
 #include <cstdint>
 #include <vector>

@@ -1,12 +1,12 @@
-// Tests for the calibration file (memdecay/calibration_file.hpp): round trips (text and file), loading into a
+// Tests for the calibration file (memdecay/calibration/file.hpp): round trips (text and file), loading into a
 // region table and a config, every rejection with its message, and arbitrary bytes (truncations, corruptions,
 // deep nesting, oversized input) that are rejected with a message and never crash.
 #include <gtest/gtest.h>
 
-#include <memdecay/calibration.hpp>
-#include <memdecay/calibration_file.hpp>
-#include <memdecay/trace.hpp>
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/calibration/calibration.hpp>
+#include <memdecay/calibration/file.hpp>
+#include <memdecay/io/trace.hpp>
+#include <memdecay/io/trace_generator.hpp>
 
 #include <cmath>
 #include <cstdint>

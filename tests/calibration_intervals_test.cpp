@@ -1,13 +1,13 @@
-// Tests for the refresh-interval calibration estimator (memdecay/calibration_intervals.hpp, the default method of
-// memdecay/calibration.hpp) and the self-test traces (memdecay/calibration_selftest.hpp): the truncated,
+// Tests for the refresh-interval calibration estimator (memdecay/calibration/intervals.hpp, the default method of
+// memdecay/calibration/calibration.hpp) and the self-test traces (memdecay/calibration/selftest.hpp): the truncated,
 // grid-censored MLE on exact samples; bias and 95%-interval coverage over seeded replicate traces with known
 // half-lives (real bounds, deterministic for the seed); top-k sparse rows give the dense answer (refresh-interval
 // estimator) or a clear input_error (excess-decay estimator); the file records the method and its options.
 #include <gtest/gtest.h>
 
-#include <memdecay/calibration.hpp>
-#include <memdecay/calibration_file.hpp>
-#include <memdecay/calibration_selftest.hpp>
+#include <memdecay/calibration/calibration.hpp>
+#include <memdecay/calibration/file.hpp>
+#include <memdecay/calibration/selftest.hpp>
 
 #include <cmath>
 #include <cstdio>

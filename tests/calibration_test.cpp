@@ -1,11 +1,11 @@
-// Tests for the excess-decay calibration estimator (memdecay/calibration.hpp, estimator_method::excess_decay; the
+// Tests for the excess-decay calibration estimator (memdecay/calibration/calibration.hpp, estimator_method::excess_decay; the
 // refresh-interval estimator, the default, is tested in calibration_intervals_test.cpp): half-lives recovered from synthetic traces
 // generated with known, non-default half-lives (within 10%, with per-layer fits on a multi-layer trace); an exact
 // hand-built trace; too few samples or episodes give "uncalibrated" and keep the default; input and option errors.
 #include <gtest/gtest.h>
 
-#include <memdecay/calibration.hpp>
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/calibration/calibration.hpp>
+#include <memdecay/io/trace_generator.hpp>
 
 #include <array>
 #include <cmath>

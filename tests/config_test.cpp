@@ -1,7 +1,7 @@
 // Tests for config.hpp: defaults, designated initializers, validation messages, budgets and watermarks.
 #include <gtest/gtest.h>
 
-#include <memdecay/config.hpp>
+#include <memdecay/core/config.hpp>
 
 #include <cmath>
 #include <limits>

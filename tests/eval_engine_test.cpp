@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 #include <nlohmann/json.hpp>
 
 #include "engine/tiny_lm.hpp"

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/trace.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/io/trace.hpp>
 
 #include "../tools/eval/episodes.hpp"
 #include "../tools/eval/bootstrap.hpp"

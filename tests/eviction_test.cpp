@@ -1,7 +1,7 @@
 // Tests for eviction.hpp: page scores by hand, page statuses, and the (score, page) selection order.
 #include <gtest/gtest.h>
 
-#include <memdecay/eviction.hpp>
+#include <memdecay/core/eviction.hpp>
 
 #include <cmath>
 #include <vector>

@@ -1,7 +1,7 @@
 // Tests for ewma_tracker.hpp: the EWMA update and the refresh rule, by hand.
 #include <gtest/gtest.h>
 
-#include <memdecay/ewma_tracker.hpp>
+#include <memdecay/core/ewma_tracker.hpp>
 
 #include <cmath>
 #include <random>

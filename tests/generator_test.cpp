@@ -3,7 +3,7 @@
 // independently from its formula.
 #include <gtest/gtest.h>
 
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/io/trace_generator.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -5,8 +5,8 @@
 // the digests do catch a rank that skipped the all-reduce.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/manager.hpp>
 
 #include <Eigen/Core>
 

@@ -2,8 +2,8 @@
 // selection, shared pages, per-step protection, all-or-nothing commits and the prefix-cache boundary.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/manager.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 
 #include <algorithm>

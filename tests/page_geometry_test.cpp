@@ -1,7 +1,7 @@
 // Tests for page_geometry.hpp: compile-time and run-time page sizes agree; invalid sizes are rejected.
 #include <gtest/gtest.h>
 
-#include <memdecay/page_geometry.hpp>
+#include <memdecay/core/page_geometry.hpp>
 
 namespace md = memdecay;
 

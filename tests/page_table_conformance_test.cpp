@@ -4,12 +4,12 @@
 // typed tests then use only the page_table concept, plus the harness to read the underlying memory.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/page_table.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/page_tables/page_table.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 #include <memdecay/page_tables/sglang_req_to_token.hpp>
 #include <memdecay/page_tables/vllm_block_table.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <memdecay/policies/all.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <Eigen/Core>
 #include <cmath>

@@ -10,10 +10,10 @@
 //     that never saw the bad call.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/manager.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/manager.hpp>
 #include <memdecay/policies/all.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <Eigen/Core>
 #include <algorithm>

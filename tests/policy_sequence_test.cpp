@@ -4,10 +4,10 @@
 // policy_conformance_test.cpp.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/policies/all.hpp>
-#include <memdecay/sequence.hpp>
-#include <memdecay/token_state.hpp>
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/core/token_state.hpp>
 
 #include <Eigen/Core>
 #include <cstdint>

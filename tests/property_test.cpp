@@ -4,8 +4,8 @@
 // lower page), positions stay absolute, and the same inputs always give the same victims.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Tests for region.hpp: the default set, half-lives, lookups, user-defined regions, overrides and validation.
 #include <gtest/gtest.h>
 
-#include <memdecay/region.hpp>
+#include <memdecay/core/region.hpp>
 
 #include <cmath>
 #include <string>

@@ -3,8 +3,8 @@
 // budget and region checks; and a generated tier replayed from a file gives the numbers of the in-memory run.
 #include <gtest/gtest.h>
 
-#include <memdecay/trace.hpp>
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/io/trace.hpp>
+#include <memdecay/io/trace_generator.hpp>
 
 #include <cmath>
 #include <filesystem>

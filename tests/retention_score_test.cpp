@@ -1,7 +1,7 @@
 // Tests for retention_score.hpp: hand-computed examples of s = b * exp(-lambda * dt) + alpha * a.
 #include <gtest/gtest.h>
 
-#include <memdecay/retention_score.hpp>
+#include <memdecay/core/retention_score.hpp>
 
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Tests for sequence_state.hpp (through token_state.hpp, which adds the MemDecay columns): appends, page layout, positions after eviction, prefix boundary, clock, digest.
 #include <gtest/gtest.h>
 
-#include <memdecay/token_state.hpp>
+#include <memdecay/core/token_state.hpp>
 
 #include <vector>
 

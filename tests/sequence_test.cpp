@@ -2,8 +2,8 @@
 // commit with a page table) and every bad input, each of which must leave the state exactly as it was.
 #include <gtest/gtest.h>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/sequence.hpp>
 
 #include <Eigen/Core>
 #include <cmath>

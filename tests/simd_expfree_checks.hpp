@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include <memdecay/eviction.hpp>
-#include <memdecay/ewma_tracker.hpp>
-#include <memdecay/region.hpp>
-#include <memdecay/sequence_state.hpp>
+#include <memdecay/core/eviction.hpp>
+#include <memdecay/core/ewma_tracker.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/core/sequence_state.hpp>
 
 #include <memdecay/simd/expfree.hpp>
 #include <memdecay/simd/score_kernel.hpp>

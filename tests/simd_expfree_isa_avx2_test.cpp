@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include <memdecay/eviction.hpp>
-#include <memdecay/ewma_tracker.hpp>
-#include <memdecay/region.hpp>
-#include <memdecay/sequence_state.hpp>
+#include <memdecay/core/eviction.hpp>
+#include <memdecay/core/ewma_tracker.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/core/sequence_state.hpp>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(MEMDECAY_SIMD_ARCH_HPP)
 #define FORCED_ISA 1

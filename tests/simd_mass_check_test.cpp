@@ -4,7 +4,7 @@
 // loops, which still name the first bad entry when it says no (their messages: sequence_test.cpp).
 #include <gtest/gtest.h>
 
-#include <memdecay/attention.hpp>
+#include <memdecay/core/attention.hpp>
 #include <memdecay/simd/mass_check.hpp>
 
 #include <cmath>

@@ -2,7 +2,7 @@
 // all-equal and sparse-eligibility inputs, for float and double, small and large page counts and k.
 #include <gtest/gtest.h>
 
-#include <memdecay/eviction.hpp>
+#include <memdecay/core/eviction.hpp>
 #include <memdecay/simd/select.hpp>
 
 #include <random>

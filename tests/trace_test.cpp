@@ -3,7 +3,7 @@
 // and random corruption, which must be rejected (or accepted) without crashing.
 #include <gtest/gtest.h>
 
-#include <memdecay/trace.hpp>
+#include <memdecay/io/trace.hpp>
 
 #include <cmath>
 #include <cstdint>

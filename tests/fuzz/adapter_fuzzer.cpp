@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "common.hpp"
-#include "memdecay/manager.hpp"
+#include "memdecay/core/manager.hpp"
 #include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "model.hpp"
 

@@ -28,8 +28,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "memdecay/block_pool.hpp"
-#include "memdecay/sequence.hpp"
+#include "memdecay/page_tables/block_pool.hpp"
+#include "memdecay/core/sequence.hpp"
 #include "common.hpp"
 #include "model.hpp"
 

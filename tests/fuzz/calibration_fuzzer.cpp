@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "memdecay/calibration_file.hpp"
+#include "memdecay/calibration/file.hpp"
 
 namespace {
 [[noreturn]] void fail(const char* what, const std::string& detail = {}) {

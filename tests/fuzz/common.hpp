@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
+#include "memdecay/core/region.hpp"
 #include "model.hpp"
 
 namespace memdecay_fuzz {

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "memdecay/block_pool.hpp"
-#include "memdecay/calibration_file.hpp"
-#include "memdecay/manager.hpp"
+#include "memdecay/page_tables/block_pool.hpp"
+#include "memdecay/calibration/file.hpp"
+#include "memdecay/core/manager.hpp"
 #include "memdecay/page_tables/flashinfer_csr.hpp"
-#include "memdecay/sequence.hpp"
+#include "memdecay/core/sequence.hpp"
 
 namespace md = memdecay;
 

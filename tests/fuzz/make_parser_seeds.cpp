@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "memdecay/calibration_file.hpp"
-#include "memdecay/trace.hpp"
+#include "memdecay/calibration/file.hpp"
+#include "memdecay/io/trace.hpp"
 
 namespace tr = memdecay::trace;
 namespace cal = memdecay::calibration;

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <span>
 
-#include "memdecay/trace.hpp"
+#include "memdecay/io/trace.hpp"
 
 namespace {
 [[noreturn]] void fail(const char* what, const std::string& detail = {}) {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "memdecay/manager.hpp"
+#include "memdecay/core/manager.hpp"
 
 namespace md = memdecay;
 

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "memdecay/block_pool.hpp"
+#include "memdecay/page_tables/block_pool.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "memdecay/page_tables/sglang_req_to_token.hpp"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay-calibrate: estimates per-region (and per-layer) attention half-lives from agent traces and writes a
-// versioned calibration file that memdecay-replay --calibration and engines (memdecay/calibration_file.hpp) load.
+// versioned calibration file that memdecay-replay --calibration and engines (memdecay/calibration/file.hpp) load.
 // Prints a summary table on stdout; --plot draws attention against age per region with the fitted curves (SVG).
 // docs/calibration.md explains the estimator and the file.
 #include <algorithm>
@@ -19,11 +19,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include <memdecay/calibration.hpp>
-#include <memdecay/calibration_file.hpp>
-#include <memdecay/calibration_selftest.hpp>
-#include <memdecay/trace.hpp>
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/calibration/calibration.hpp>
+#include <memdecay/calibration/file.hpp>
+#include <memdecay/calibration/selftest.hpp>
+#include <memdecay/io/trace.hpp>
+#include <memdecay/io/trace_generator.hpp>
 #include <memdecay/version.hpp>
 
 #include "../common/xml_escape.hpp"

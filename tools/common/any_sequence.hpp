@@ -17,11 +17,11 @@
 #include <string>
 #include <utility>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/config.hpp>
-#include <memdecay/eviction.hpp>
-#include <memdecay/region.hpp>
-#include <memdecay/sequence_like.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/config.hpp>
+#include <memdecay/core/eviction.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/core/sequence_like.hpp>
 
 namespace memdecay_tools {
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include <memdecay/config.hpp>
+#include <memdecay/core/config.hpp>
 #include <memdecay/detail/error.hpp>
 #include <memdecay/policies/h2o.hpp>
 #include <memdecay/policies/memdecay.hpp>
@@ -30,7 +30,7 @@
 #include <memdecay/policies/snapkv.hpp>
 #include <memdecay/policies/streaming_llm.hpp>
 #include <memdecay/policies/tova.hpp>
-#include <memdecay/sequence.hpp>
+#include <memdecay/core/sequence.hpp>
 
 namespace memdecay_tools {
 

@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include <memdecay/trace_generator.hpp>  // trace::splitmix64, the library's seeded generator
+#include <memdecay/io/trace_generator.hpp>  // trace::splitmix64, the library's seeded generator
 
 namespace memdecay_eval::stats {
 

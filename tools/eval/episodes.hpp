@@ -33,7 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <memdecay/region.hpp>
+#include <memdecay/core/region.hpp>
 
 namespace memdecay_eval {
 

@@ -55,8 +55,8 @@
 #include <utility>
 #include <vector>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/config.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/config.hpp>
 #include <memdecay/policies/h2o.hpp>
 #include <memdecay/policies/memdecay.hpp>
 #include <memdecay/policies/norm_sum.hpp>
@@ -66,9 +66,9 @@
 #include <memdecay/policies/snapkv.hpp>
 #include <memdecay/policies/streaming_llm.hpp>
 #include <memdecay/policies/tova.hpp>
-#include <memdecay/sequence.hpp>
-#include <memdecay/region.hpp>
-#include <memdecay/trace.hpp>
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/io/trace.hpp>
 
 #include "../common/any_sequence.hpp"
 #include "../common/policy_catalogue.hpp"

@@ -23,8 +23,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <memdecay/calibration_file.hpp>
-#include <memdecay/trace.hpp>
+#include <memdecay/calibration/file.hpp>
+#include <memdecay/io/trace.hpp>
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"

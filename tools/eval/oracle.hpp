@@ -39,10 +39,10 @@
 
 #include <glpk.h>
 
-#include <memdecay/config.hpp>
+#include <memdecay/core/config.hpp>
 #include <memdecay/detail/digest.hpp>
-#include <memdecay/policy.hpp>
-#include <memdecay/region.hpp>
+#include <memdecay/core/policy.hpp>
+#include <memdecay/core/region.hpp>
 
 #include "episodes.hpp"
 

@@ -19,9 +19,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <memdecay/calibration_file.hpp>
-#include <memdecay/trace.hpp>
-#include <memdecay/trace_generator.hpp>
+#include <memdecay/calibration/file.hpp>
+#include <memdecay/io/trace.hpp>
+#include <memdecay/io/trace_generator.hpp>
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay-replay's engine: replays trace episodes (memdecay/trace.hpp) through an eviction policy on the owning
+// memdecay-replay's engine: replays trace episodes (memdecay/io/trace.hpp) through an eviction policy on the owning
 // block pool under a token budget, and scores the eviction-probe protocol (docs/replay.md).
 //
 // Per episode, events are applied in file order:
@@ -28,10 +28,10 @@
 #include <variant>
 #include <vector>
 
-#include <memdecay/block_pool.hpp>
-#include <memdecay/config.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/core/config.hpp>
 #include <memdecay/detail/error.hpp>
-#include <memdecay/eviction.hpp>
+#include <memdecay/core/eviction.hpp>
 #include <memdecay/policies/h2o.hpp>
 #include <memdecay/policies/memdecay.hpp>
 #include <memdecay/policies/norm_sum.hpp>
@@ -41,10 +41,10 @@
 #include <memdecay/policies/snapkv.hpp>
 #include <memdecay/policies/streaming_llm.hpp>
 #include <memdecay/policies/tova.hpp>
-#include <memdecay/sequence.hpp>
-#include <memdecay/region.hpp>
-#include <memdecay/sequence.hpp>
-#include <memdecay/trace.hpp>
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/io/trace.hpp>
 
 #include "../common/any_sequence.hpp"
 #include "../common/policy_catalogue.hpp"

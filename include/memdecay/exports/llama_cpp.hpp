@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/sequence_like.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/core/sequence_like.hpp"
 
 namespace memdecay {
 

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/config.hpp"
-#include "memdecay/sequence_like.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/config.hpp"
+#include "memdecay/core/sequence_like.hpp"
+#include "memdecay/core/sequence_state.hpp"
 
 namespace memdecay {
 

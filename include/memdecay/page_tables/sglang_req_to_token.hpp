@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/page_table.hpp"
+#include "memdecay/page_tables/page_table.hpp"
 
 namespace memdecay {
 

@@ -42,15 +42,15 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/attention.hpp"
-#include "memdecay/config.hpp"
+#include "memdecay/core/attention.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/growth.hpp"
-#include "memdecay/detail/sequence_rules.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/ewma_tracker.hpp"
-#include "memdecay/policy.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/sequence_rules.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/core/ewma_tracker.hpp"
+#include "memdecay/core/policy.hpp"
+#include "memdecay/core/retention_score.hpp"
 #include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/mass_check.hpp"
 #include "memdecay/simd/score_kernel.hpp"

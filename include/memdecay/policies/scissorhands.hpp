@@ -24,11 +24,11 @@
 #include <string_view>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/detail/growth.hpp"
-#include "memdecay/policy.hpp"
+#include "memdecay/core/policy.hpp"
 
 namespace memdecay::policies {
 

@@ -21,8 +21,8 @@
 #include <span>
 #include <string_view>
 
-#include "memdecay/config.hpp"
-#include "memdecay/policy.hpp"
+#include "memdecay/core/config.hpp"
+#include "memdecay/core/policy.hpp"
 
 namespace memdecay::policies {
 

@@ -52,10 +52,10 @@
 #include <limits>
 #include <span>
 
-#include "memdecay/ewma_tracker.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
-#include "memdecay/token_state.hpp"
+#include "memdecay/core/ewma_tracker.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
+#include "memdecay/core/token_state.hpp"
 #include "memdecay/simd/arch.hpp"
 #include "memdecay/simd/exp.hpp"
 #include "memdecay/simd/packet.hpp"

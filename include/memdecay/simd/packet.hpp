@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
 #include "memdecay/simd/arch.hpp"
 
 MEMDECAY_SIMD_BEGIN

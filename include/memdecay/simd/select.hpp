@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/eviction.hpp"
+#include "memdecay/core/eviction.hpp"
 #include "memdecay/simd/arch.hpp"
 
 MEMDECAY_SIMD_BEGIN

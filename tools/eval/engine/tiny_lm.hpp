@@ -41,7 +41,7 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
-#include <memdecay/block_pool.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
 
 #include "safetensors.hpp"
 

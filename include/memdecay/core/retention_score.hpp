@@ -18,7 +18,7 @@
 #include <concepts>
 #include <cstdint>
 
-#include "memdecay/region.hpp"
+#include "memdecay/core/region.hpp"
 
 namespace memdecay {
 

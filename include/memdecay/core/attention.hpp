@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/simd/mass_check.hpp"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
+#include "memdecay/core/region.hpp"
 
 namespace memdecay {
 

@@ -58,15 +58,15 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/page_table.hpp"
-#include "memdecay/detail/sequence_rules.hpp"
-#include "memdecay/policy.hpp"
-#include "memdecay/sequence.hpp"
-#include "memdecay/sequence_like.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/page_tables/page_table.hpp"
+#include "memdecay/core/sequence_rules.hpp"
+#include "memdecay/core/policy.hpp"
+#include "memdecay/core/sequence.hpp"
+#include "memdecay/core/sequence_like.hpp"
 
 namespace memdecay {
 

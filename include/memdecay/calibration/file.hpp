@@ -18,7 +18,7 @@
 #define MEMDECAY_CALIBRATION_FILE_HPP
 
 #if !__has_include(<nlohmann/json.hpp>)
-#error "memdecay/calibration_file.hpp needs nlohmann-json (Debian: nlohmann-json3-dev)"
+#error "memdecay/calibration/file.hpp needs nlohmann-json (Debian: nlohmann-json3-dev)"
 #endif
 
 #include <cerrno>
@@ -39,8 +39,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "memdecay/calibration.hpp"
-#include "memdecay/config.hpp"
+#include "memdecay/calibration/calibration.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
 
 namespace memdecay::calibration {

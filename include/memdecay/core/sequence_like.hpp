@@ -11,10 +11,10 @@
 #include <span>
 #include <vector>
 
-#include "memdecay/config.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/config.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay {
 

@@ -25,7 +25,7 @@
 
 #include "memdecay/detail/error.hpp"
 #include "memdecay/detail/growth.hpp"
-#include "memdecay/page_table.hpp"
+#include "memdecay/page_tables/page_table.hpp"
 
 namespace memdecay {
 

@@ -47,11 +47,11 @@
 #include <string_view>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/page_table.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/page_tables/page_table.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay {
 

@@ -31,7 +31,7 @@
 #include <span>
 #include <vector>
 
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay::calibration::intervals {
 

@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <span>
 
-#include "memdecay/config.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/config.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay {
 

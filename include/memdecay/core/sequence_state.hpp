@@ -25,9 +25,9 @@
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/detail/growth.hpp"
-#include "memdecay/page_geometry.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/page_geometry.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay {
 

@@ -39,8 +39,8 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
 
 namespace memdecay::trace {
 

@@ -32,10 +32,10 @@
 #include <string>
 #include <vector>
 
-#include "memdecay/calibration.hpp"
+#include "memdecay/calibration/calibration.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/trace.hpp"
-#include "memdecay/trace_generator.hpp"
+#include "memdecay/io/trace.hpp"
+#include "memdecay/io/trace_generator.hpp"
 
 namespace memdecay::calibration::selftest {
 

@@ -41,8 +41,8 @@
 #include <vector>
 
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/trace.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/io/trace.hpp"
 
 namespace memdecay::trace {
 

@@ -18,11 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/config.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
-#include "memdecay/sequence_state.hpp"
-#include "memdecay/token_state.hpp"
+#include "memdecay/core/config.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
+#include "memdecay/core/sequence_state.hpp"
+#include "memdecay/core/token_state.hpp"
 
 namespace memdecay {
 

@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
-#include "memdecay/config.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/page_table.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/page_tables/page_table.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/sequence_state.hpp"
 #include "memdecay/simd/mass_check.hpp"
 #include "memdecay/simd/select.hpp"
 

@@ -54,11 +54,11 @@
 #include <variant>
 #include <vector>
 
-#include "memdecay/calibration_intervals.hpp"
-#include "memdecay/config.hpp"
+#include "memdecay/calibration/intervals.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/trace.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/io/trace.hpp"
 
 namespace memdecay::calibration {
 

@@ -22,11 +22,11 @@
 
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/growth.hpp"
-#include "memdecay/page_geometry.hpp"
-#include "memdecay/page_table.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/retention_score.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/core/page_geometry.hpp"
+#include "memdecay/page_tables/page_table.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/retention_score.hpp"
+#include "memdecay/core/sequence_state.hpp"
 
 namespace memdecay {
 

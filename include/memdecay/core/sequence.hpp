@@ -33,19 +33,19 @@
 
 #include <Eigen/Core>
 
-#include "memdecay/attention.hpp"
-#include "memdecay/config.hpp"
+#include "memdecay/core/attention.hpp"
+#include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
-#include "memdecay/detail/sequence_rules.hpp"
-#include "memdecay/eviction.hpp"
-#include "memdecay/page_table.hpp"
+#include "memdecay/core/sequence_rules.hpp"
+#include "memdecay/core/eviction.hpp"
+#include "memdecay/page_tables/page_table.hpp"
 #include "memdecay/policies/memdecay.hpp"
-#include "memdecay/policy.hpp"
-#include "memdecay/region.hpp"
-#include "memdecay/sequence_state.hpp"
+#include "memdecay/core/policy.hpp"
+#include "memdecay/core/region.hpp"
+#include "memdecay/core/sequence_state.hpp"
 #include "memdecay/simd/select.hpp"
-#include "memdecay/token_state.hpp"
+#include "memdecay/core/token_state.hpp"
 
 namespace memdecay {
 
