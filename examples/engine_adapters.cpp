@@ -5,7 +5,7 @@
 // pages memdecay chose and that the survivors kept their order. The engines' own calls (allocators,
 // llama_memory_seq_rm, TokenRangeRetentionConfig) are stand-ins that record what they were given.
 //
-// Every ```cpp block of docs/integration.md appears verbatim in this file (tests/adapter_examples_test.cpp
+// Every ```cpp block of docs/integration.md appears verbatim in this file (tests/examples/adapter_examples_test.cpp
 // checks it, and includes this file without main to assert on the same functions). The program returns 1 if any
 // check fails.
 #include <algorithm>

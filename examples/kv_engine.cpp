@@ -6,7 +6,7 @@
 // over the same surviving tokens at their original positions; at the end it shows that renumbering the survivors
 // (positions 0..n-1) gives a different result, which is why positions must stay absolute.
 //
-// The program returns 1 if any check fails. tests/manager_kv_engine_test.cpp includes this file (without main)
+// The program returns 1 if any check fails. tests/examples/manager_kv_engine_test.cpp includes this file (without main)
 // and asserts on the same engine.
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay: the library version. Kept in step with project(VERSION ...) in CMakeLists.txt;
-// tests/version_test.cpp checks that the two agree.
+// tests/unit/version_test.cpp checks that the two agree.
 #ifndef MEMDECAY_VERSION_HPP
 #define MEMDECAY_VERSION_HPP
 

@@ -129,7 +129,7 @@ inline memdecay::config to_library(const model_config& c) {
   return cfg;
 }
 /// The documented accuracy of the scorer against the scalar formula: 1e-5 * (1 + |ref|) for float, 1e-12 for
-/// double (simd/score_kernel.hpp, tests/simd_score_kernel_test.cpp).
+/// double (simd/score_kernel.hpp, tests/simd/simd_score_kernel_test.cpp).
 template <class Float>
 Float score_tolerance(Float ref) {
   const Float rel = std::is_same_v<Float, float> ? Float(1e-5) : Float(1e-12);

@@ -32,7 +32,7 @@
 // keeps a copy of the session at each budget's first over-budget step and the layer-summed attention of every
 // step before it, and starts each policy run from that copy after feeding the policy the same calls it would
 // have seen (append, observe, advance; probes before the fork are the full cache's answers). The results equal
-// the unforked run's (tests/eval_harness_test.cpp) and about half the model's work is saved.
+// the unforked run's (tests/tools/eval_harness_test.cpp) and about half the model's work is saved.
 #ifndef MEMDECAY_TOOLS_EVAL_HARNESS_HPP
 #define MEMDECAY_TOOLS_EVAL_HARNESS_HPP
 

@@ -17,7 +17,7 @@
 // Contract (per lane, float / double):
 //   Valid range   float [-87.3, 88.3], double [-708.3, 709.0]; x < lo -> 0 (|error| < 1.2e-38 / 2.3e-308);
 //                 x > hi -> exp(hi) (saturates, never inf). NaN input: unspecified.
-//   Max error     measured by tests/simd_exp_test.cpp against std::exp in long double, see docs/simd.md:
+//   Max error     measured by tests/simd/simd_exp_test.cpp against std::exp in long double, see docs/simd.md:
 //                 float <= 2e-7 relative (about 1 ulp), double <= 4e-16 relative over the valid range.
 //   Decay range   the scorer only calls it with x = -lambda * dt <= 0.
 #ifndef MEMDECAY_SIMD_EXP_HPP

@@ -26,7 +26,7 @@
 //     computes a subnormal there too). Measured on the benchmark machine (Zen 4): no penalty for subnormal
 //     multiply results. On CPUs with microcode assists for them (Intel without FTZ) such tokens are slow.
 //   * Drift: none; f_r, g_r are recomputed from (now - E) each step and w_i from t_i at each rebase, in double.
-//     Measured over 10^6 steps (tests/simd_expfree_test.cpp): max relative error 1.39e-7 per decay term, the same
+//     Measured over 10^6 steps (tests/simd/simd_expfree_test.cpp): max relative error 1.39e-7 per decay term, the same
 //     in the first and the last 10^5 steps.
 //   * Wrap-around: ages are u32 differences, as in the reference; t_i <= E <= now is required (E is only ever set
 //     to the current step).
@@ -34,7 +34,7 @@
 // rounding: the decay term is within 1.5 ulp (+ 2^-149 absolute) of b_r * exp(-lambda_r * age) evaluated exactly.
 // The scalar reference rounds its exponent argument -lambda_r * age to float first, an error of up to
 // lambda_r * age * 2^-24 relative (5e-6 at age = 87.3 / lambda_r) that this formulation does not make; tests
-// compare with both (tests/simd_expfree_test.cpp; docs/simd.md "Exp-free formulation").
+// compare with both (tests/simd/simd_expfree_test.cpp; docs/simd.md "Exp-free formulation").
 // Double: the same steps with exponents rounded to double; f_r and g_r carry exponents up to L that cancel for
 // tokens refreshed after the epoch, so the error is up to (lambda_r * age + 2 L + 3) * 2^-53 relative (measured
 // 5.6e-14 over 10^5 steps): use the polynomial kernels where double's full precision matters.

@@ -20,7 +20,7 @@
 // bit-identical unless the compiler contracts the reference into an FMA (GCC does under -march=native; then
 // within 1 ulp, which is why basic_sequence observes with the reference and scores with this kernel); scores
 // differ by the exp error (<= 2e-7 relative for float, see exp.hpp), the FMA in alpha * a + decay and the
-// order of the page sum. tests/simd_score_kernel_test.cpp holds them to |simd - ref| <= 1e-5 * (1 + |ref|)
+// order of the page sum. tests/simd/simd_score_kernel_test.cpp holds them to |simd - ref| <= 1e-5 * (1 + |ref|)
 // (float) and 1e-12 * (1 + |ref|) (double); docs/simd.md has the measured maxima.
 #ifndef MEMDECAY_SIMD_SCORE_KERNEL_HPP
 #define MEMDECAY_SIMD_SCORE_KERNEL_HPP

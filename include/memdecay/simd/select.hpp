@@ -14,7 +14,7 @@
 // the order (score, page) all score <= t (the k-th smallest does, and every page before it in that order scores
 // no more), so they are all survivors and nth_element finds exactly them. When fewer than k survive, the
 // selector reruns with t = +inf (all evictable pages), which is the reference algorithm. The result is therefore
-// always identical to select_lowest_pages, ties included (tests/simd_select_test.cpp checks it on adversarial
+// always identical to select_lowest_pages, ties included (tests/simd/simd_select_test.cpp checks it on adversarial
 // inputs: all-equal scores, heavy ties, few evictable pages).
 // Precondition: scores are not NaN (page scores of validated state never are).
 #ifndef MEMDECAY_SIMD_SELECT_HPP

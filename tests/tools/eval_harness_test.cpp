@@ -25,9 +25,9 @@
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/io/trace.hpp>
 
-#include "../tools/eval/episodes.hpp"
-#include "../tools/eval/bootstrap.hpp"
-#include "../tools/eval/harness.hpp"
+#include "../../tools/eval/episodes.hpp"
+#include "../../tools/eval/bootstrap.hpp"
+#include "../../tools/eval/harness.hpp"
 
 namespace ev = memdecay_eval;
 namespace md = memdecay;
@@ -542,7 +542,7 @@ TEST(EvalHarness, RecordsTheFullCacheRunAsATrace) {
 // --- the real engine (tools/eval/engine/tiny_lm.hpp) -------------------------------------------------------------
 
 #if __has_include("../tools/eval/engine/tiny_lm.hpp")
-#include "../tools/eval/engine/tiny_lm.hpp"
+#include "../../tools/eval/engine/tiny_lm.hpp"
 
 namespace {
 

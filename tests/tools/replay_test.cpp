@@ -13,7 +13,7 @@
 
 #include <unistd.h>
 
-#include "../tools/replay/replay.hpp"
+#include "../../tools/replay/replay.hpp"
 
 namespace md = memdecay;
 namespace tr = memdecay::trace;

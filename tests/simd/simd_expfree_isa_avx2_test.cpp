@@ -1,4 +1,4 @@
-// The exp-free checks (tests/simd_expfree_checks.hpp) compiled for avx2 whatever the build's -march: the SIMD
+// The exp-free checks (tests/simd/simd_expfree_checks.hpp) compiled for avx2 whatever the build's -march: the SIMD
 // headers are compiled under #pragma GCC target in this executable only, and the tests skip on a CPU without
 // avx2. (With clang, or when the build already targets avx2 natively, the native-isa tests cover it.)
 #include <gtest/gtest.h>

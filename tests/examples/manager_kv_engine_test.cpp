@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #define MEMDECAY_EXAMPLE_NO_MAIN
-#include "../examples/kv_engine.cpp"
+#include "../../examples/kv_engine.cpp"
 
 namespace {
 

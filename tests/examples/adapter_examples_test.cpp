@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #define MEMDECAY_EXAMPLE_NO_MAIN
-#include "../examples/engine_adapters.cpp"
+#include "../../examples/engine_adapters.cpp"
 
 #include <filesystem>
 #include <fstream>

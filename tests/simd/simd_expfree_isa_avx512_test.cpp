@@ -1,4 +1,4 @@
-// The exp-free checks (tests/simd_expfree_checks.hpp) compiled for avx512 whatever the build's -march: the SIMD
+// The exp-free checks (tests/simd/simd_expfree_checks.hpp) compiled for avx512 whatever the build's -march: the SIMD
 // headers are compiled under #pragma GCC target in this executable only, and the tests skip on a CPU without
 // avx512. (With clang, or when the build already targets avx512 natively, the native-isa tests cover it.)
 #include <gtest/gtest.h>

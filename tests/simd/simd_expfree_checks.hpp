@@ -1,4 +1,4 @@
-// Checks of the exp-free scorer (simd/expfree.hpp), instantiated per isa by tests/simd_expfree_test.cpp (native
+// Checks of the exp-free scorer (simd/expfree.hpp), instantiated per isa by tests/simd/simd_expfree_test.cpp (native
 // isa and the 1-lane fallback) and tests/simd_expfree_isa_test.cpp (AVX2 / AVX-512 under #pragma GCC target).
 //
 // Include order matters for the forced-isa tests: every header but the memdecay/simd ones must already be
