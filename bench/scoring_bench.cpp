@@ -68,4 +68,7 @@ void BM_sequence_select_after_tick(benchmark::State& state) {
 
 BENCHMARK(BM_sequence_observe)->Name("sequence/observe")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);
 BENCHMARK(BM_sequence_select)->Name("sequence/select")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);
-BENCHMARK(BM_sequence_select_after_tick)->Name("sequence/select_after_tick")->RangeMultiplier(16)->Range(1 << 12, 1 << 20);
+BENCHMARK(BM_sequence_select_after_tick)
+    ->Name("sequence/select_after_tick")
+    ->RangeMultiplier(16)
+    ->Range(1 << 12, 1 << 20);

@@ -39,8 +39,10 @@ const pages& data(std::size_t P) {
     for (std::size_t p = 0; p < P; ++p) {
       d.scores[p] = rng() % 50 == 0 ? 0.25f : u(rng);  // 2% share one value: ties
       const auto r = rng() % 20;
-      if (r == 0) d.status[p] = md::page_status::pinned;
-      else if (r == 1) d.status[p] = md::page_status::protected_;
+      if (r == 0)
+        d.status[p] = md::page_status::pinned;
+      else if (r == 1)
+        d.status[p] = md::page_status::protected_;
     }
   }
   return d;
@@ -70,9 +72,12 @@ void run(benchmark::State& st, std::size_t k_code) {
   std::size_t total = 0;
   for (auto _ : st) {
     std::vector<std::size_t> v;
-    if constexpr (A == algo::fast) v = ms::select_lowest_pages_fast<float>(d.scores, d.status, k);
-    else if constexpr (A == algo::nth_element) v = md::select_lowest_pages<float>(d.scores, d.status, k);
-    else v = select_partial_sort(d.scores, d.status, k);
+    if constexpr (A == algo::fast)
+      v = ms::select_lowest_pages_fast<float>(d.scores, d.status, k);
+    else if constexpr (A == algo::nth_element)
+      v = md::select_lowest_pages<float>(d.scores, d.status, k);
+    else
+      v = select_partial_sort(d.scores, d.status, k);
     total += v.size();
     benchmark::DoNotOptimize(v.data());
   }
@@ -85,12 +90,16 @@ void register_all() {
     for (std::size_t k : {std::size_t{1}, std::size_t{32}, std::size_t{0}}) {
       std::string kn = "k";
       kn.append(k == 0 ? std::string("P8") : std::to_string(k));
-      auto name = [&kn](const char* algo_name) { return std::string("select/").append(algo_name).append("/").append(kn); };
+      auto name = [&kn](const char* algo_name) {
+        return std::string("select/").append(algo_name).append("/").append(kn);
+      };
       benchmark::RegisterBenchmark(name("fast").c_str(), run<algo::fast>, k)->Arg(P)->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(name("nth_element").c_str(), run<algo::nth_element>, k)
-          ->Arg(P)->Unit(benchmark::kMicrosecond);
+          ->Arg(P)
+          ->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(name("partial_sort").c_str(), run<algo::partial_sort>, k)
-          ->Arg(P)->Unit(benchmark::kMicrosecond);
+          ->Arg(P)
+          ->Unit(benchmark::kMicrosecond);
     }
 }
 

@@ -104,8 +104,15 @@ struct workload {
     }
   }
   baselines::score_args score_args() {
-    return {state.regions().data(), state.last_refresh().data(), state.ewma().data(), state.kv_len(),
-            state.now(), lut.base(), lut.neg_rate(), alpha, out.data()};
+    return {state.regions().data(),
+            state.last_refresh().data(),
+            state.ewma().data(),
+            state.kv_len(),
+            state.now(),
+            lut.base(),
+            lut.neg_rate(),
+            alpha,
+            out.data()};
   }
   baselines::observe_args observe_args() {
     return {state.last_refresh_mut().data(), state.ewma_mut().data(), mass.data(), obs.beta, obs.tau, obs.scale};
@@ -124,8 +131,8 @@ workload& data(std::size_t n) {
 
 void finish(benchmark::State& st, std::size_t n, double bytes_per_token) {
   st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(n));
-  st.SetBytesProcessed(static_cast<std::int64_t>(static_cast<double>(st.iterations()) * static_cast<double>(n) *
-                                                 bytes_per_token));
+  st.SetBytesProcessed(
+      static_cast<std::int64_t>(static_cast<double>(st.iterations()) * static_cast<double>(n) * bytes_per_token));
 }
 
 // --- the plain scalar loops (no -ffast-math, so std::exp stays a libm call per token) ----------------------------
@@ -168,8 +175,8 @@ std::size_t fused_scalar_exp(const baselines::score_args& a, const baselines::ob
 // --- Eigen: lookups into per-token arrays, then one array expression (no cast<>/select in it, or Eigen 3.4's
 // exp would silently go scalar), page means by a colwise sum; chunks of 4096 tokens stay in L1/L2. ----------------
 constexpr std::size_t kChunk = 4096;
-void eigen_chunk_scores(const baselines::score_args& a, std::size_t first, std::size_t m, const float* ewma,
-                        float* tb, float* targ) {
+void eigen_chunk_scores(const baselines::score_args& a, std::size_t first, std::size_t m, const float* ewma, float* tb,
+                        float* targ) {
   const std::uint8_t* r = a.regions + first;
   const std::uint32_t* lr = a.last_refresh + first;
   const float* base = a.base;
@@ -217,8 +224,8 @@ using NP = ms::packet<float, ms::native_isa>;
 using SP = ms::packet<float, ms::isa::scalar>;
 
 template <class P>
-MEMDECAY_SIMD_INLINE typename P::reg light(const typename P::table& t, const md::region_id* r,
-                                           typename P::ureg lr, typename P::reg ew, md::step_t now) {
+MEMDECAY_SIMD_INLINE typename P::reg light(const typename P::table& t, const md::region_id* r, typename P::ureg lr,
+                                           typename P::reg ew, md::step_t now) {
   return P::add(P::add(ew, P::age(lr, now)), P::template lookup<true>(t, r));
 }
 
@@ -383,30 +390,24 @@ void register_all() {
   });
   add("score/simd_dynamic", [](benchmark::State& st) {
     run_score(st, [](workload& w) {
-      ms::score_pages(w.state.regions().data(), w.state.last_refresh().data(), w.state.ewma().data(),
-                      w.state.kv_len(), kPage, w.state.now(), w.lut, w.alpha, w.out.data());
+      ms::score_pages(w.state.regions().data(), w.state.last_refresh().data(), w.state.ewma().data(), w.state.kv_len(),
+                      kPage, w.state.now(), w.lut, w.alpha, w.out.data());
     });
   });
   add("score/simd_scalar_isa", [](benchmark::State& st) {
-    run_score(st, [](workload& w) {
-      ms::page_scores<ms::isa::scalar>(w.state, w.lut, w.alpha, std::span<float>(w.out));
-    });
+    run_score(st,
+              [](workload& w) { ms::page_scores<ms::isa::scalar>(w.state, w.lut, w.alpha, std::span<float>(w.out)); });
   });
   add("score/reference", [](benchmark::State& st) {
     run_score(st, [](workload& w) { md::page_scores_reference(w.state, w.table, w.alpha, std::span<float>(w.out)); });
   });
-  add("score/scalar_exp", [](benchmark::State& st) {
-    run_score(st, [](workload& w) { score_scalar_exp(w.score_args()); });
-  });
-  add("score/autovec", [](benchmark::State& st) {
-    run_score(st, [](workload& w) { baselines::score_autovec(w.score_args()); });
-  });
-  add("score/eigen", [](benchmark::State& st) {
-    run_score(st, [](workload& w) { score_eigen(w.score_args(), tb, targ); });
-  });
-  add("score/roofline", [](benchmark::State& st) {
-    run_score(st, [](workload& w) { score_roofline(w); });
-  });
+  add("score/scalar_exp",
+      [](benchmark::State& st) { run_score(st, [](workload& w) { score_scalar_exp(w.score_args()); }); });
+  add("score/autovec",
+      [](benchmark::State& st) { run_score(st, [](workload& w) { baselines::score_autovec(w.score_args()); }); });
+  add("score/eigen",
+      [](benchmark::State& st) { run_score(st, [](workload& w) { score_eigen(w.score_args(), tb, targ); }); });
+  add("score/roofline", [](benchmark::State& st) { run_score(st, [](workload& w) { score_roofline(w); }); });
   add("score/expfree", [](benchmark::State& st) {
     run_score(
         st,
@@ -427,7 +428,8 @@ void register_all() {
         kExpfreeScoreBytes);
   });
   add("score/expfree_roofline", [](benchmark::State& st) {
-    run_score(st, [](workload& w) { score_expfree_roofline(w); }, kExpfreeScoreBytes);
+    run_score(
+        st, [](workload& w) { score_expfree_roofline(w); }, kExpfreeScoreBytes);
   });
   // fused observe + score
   add("fused/simd", [](benchmark::State& st) {
@@ -459,9 +461,7 @@ void register_all() {
   add("fused/eigen", [](benchmark::State& st) {
     run_fused(st, [](workload& w) { return fused_eigen(w.score_args(), w.observe_args(), tb, targ); });
   });
-  add("fused/roofline", [](benchmark::State& st) {
-    run_fused(st, [](workload& w) { return fused_roofline(w); });
-  });
+  add("fused/roofline", [](benchmark::State& st) { run_fused(st, [](workload& w) { return fused_roofline(w); }); });
   add("fused/expfree", [](benchmark::State& st) {
     run_fused(
         st,
@@ -478,19 +478,19 @@ void register_all() {
         [](workload& w) {
           w.expfree_step();
           return ms::observe_and_score_expfree<ms::isa::scalar>(w.state, std::span<float>(w.w),
-                                                                std::span<const float>(w.mass), w.obs, w.clock,
-                                                                w.alpha, std::span<float>(w.out));
+                                                                std::span<const float>(w.mass), w.obs, w.clock, w.alpha,
+                                                                std::span<float>(w.out));
         },
         kExpfreeFusedBytes);
   });
   add("fused/expfree_roofline", [](benchmark::State& st) {
-    run_fused(st, [](workload& w) { return fused_expfree_roofline(w); }, kExpfreeFusedBytes);
+    run_fused(
+        st, [](workload& w) { return fused_expfree_roofline(w); }, kExpfreeFusedBytes);
   });
   // The public API, one engine step at a time (the same workload's labels and observation).
   add("library/observe/sequence", [](benchmark::State& st) { run_library<md::sequence>(st, false); });
-  add("library/observe/policy", [](benchmark::State& st) {
-    run_library<md::policy_sequence<md::policies::memdecay>>(st, false);
-  });
+  add("library/observe/policy",
+      [](benchmark::State& st) { run_library<md::policy_sequence<md::policies::memdecay>>(st, false); });
   add("library/select32/sequence", [](benchmark::State& st) { run_library<md::sequence>(st, true); });
   add("library/validate/simd", [](benchmark::State& st) {
     auto& w = data(static_cast<std::size_t>(st.range(0)));
@@ -511,7 +511,8 @@ void register_all() {
     finish(st, w.mass.size(), 4.0);
   });
   for (auto n : sizes)
-    for (const auto& [name, fn] : variants) benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);
+    for (const auto& [name, fn] : variants)
+      benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);
 }
 
 const bool registered = (register_all(), true);

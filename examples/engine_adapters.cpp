@@ -280,8 +280,9 @@ void tensorrt_llm() {
 }
 
 void manager() {
-  std::printf("manager: requests 3 and 4 of 5 pages each, global budget 8 pages (down to 6); request 3 has 20 "
-              "draft tokens\n");
+  std::printf(
+      "manager: requests 3 and 4 of 5 pages each, global budget 8 pages (down to 6); request 3 has 20 "
+      "draft tokens\n");
   md::manager mgr({.page_size = P, .global = md::global_budget::pages(8, 6)});
   md::block_pool<> pool(32, P);
   for (std::uint64_t id : {3, 4}) {

@@ -22,8 +22,8 @@ namespace memdecay_kv_engine {
 
 namespace md = memdecay;
 
-constexpr std::size_t P = 16;    // tokens per page (and per block)
-constexpr std::size_t dim = 8;   // head dimension
+constexpr std::size_t P = 16;       // tokens per page (and per block)
+constexpr std::size_t dim = 8;      // head dimension
 constexpr float tolerance = 1e-5f;  // cache vs direct: the same float operations in the same order
 using vec = std::vector<float>;
 
@@ -83,7 +83,9 @@ class tiny_engine {
   vec k_cache = vec(num_blocks * P * dim), v_cache = vec(num_blocks * P * dim);
 
   void open(std::uint64_t id) {
-    mgr.open(id, md::config{.alpha = 1.0, .tau = 2.0, .page_size = P,
+    mgr.open(id, md::config{.alpha = 1.0,
+                            .tau = 2.0,
+                            .page_size = P,
                             .normalization = md::attention_normalization::uniform,
                             .protection = {.sink_pages = 1, .recent_tokens = P}});
     pool.open(id);
@@ -151,7 +153,8 @@ inline std::string position_ranges(const std::vector<std::uint64_t>& positions) 
   for (std::size_t i = 0; i < positions.size();) {
     std::size_t j = i + 1;
     while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
-    out += (out.empty() ? "[" : " [") + std::to_string(positions[i]) + ", " + std::to_string(positions[j - 1] + 1) + ")";
+    out +=
+        (out.empty() ? "[" : " [") + std::to_string(positions[i]) + ", " + std::to_string(positions[j - 1] + 1) + ")";
     i = j;
   }
   return out;
@@ -165,19 +168,22 @@ struct segment {
 
 // One agent episode: system prompt, user turn, scratchpad, a tool call and its long output, more reasoning, a
 // follow-up, another tool output, and a final stretch of scratchpad.
-inline constexpr segment episode[] = {
-    {md::regions::system, "system", 20},     {md::regions::user, "user", 30},
-    {md::regions::scratchpad, "scratchpad", 40}, {md::regions::tool_in, "tool_in", 10},
-    {md::regions::tool_out, "tool_out", 70}, {md::regions::scratchpad, "scratchpad", 25},
-    {md::regions::user, "user", 12},         {md::regions::tool_out, "tool_out", 50},
-    {md::regions::scratchpad, "scratchpad", 33}};
+inline constexpr segment episode[] = {{md::regions::system, "system", 20},
+                                      {md::regions::user, "user", 30},
+                                      {md::regions::scratchpad, "scratchpad", 40},
+                                      {md::regions::tool_in, "tool_in", 10},
+                                      {md::regions::tool_out, "tool_out", 70},
+                                      {md::regions::scratchpad, "scratchpad", 25},
+                                      {md::regions::user, "user", 12},
+                                      {md::regions::tool_out, "tool_out", 50},
+                                      {md::regions::scratchpad, "scratchpad", 33}};
 inline constexpr std::uint64_t requests[] = {1, 2};
 
 struct request_check {
   std::uint64_t id;
-  std::size_t kv_len;           // resident tokens
-  std::uint64_t logical_len;    // tokens appended so far (the next absolute position)
-  float output_difference;      // max |through the cache - direct over the survivors at their positions|
+  std::size_t kv_len;         // resident tokens
+  std::uint64_t logical_len;  // tokens appended so far (the next absolute position)
+  float output_difference;    // max |through the cache - direct over the survivors at their positions|
   float probability_difference;
 };
 struct step_report {
@@ -209,7 +215,8 @@ inline episode_report run_episode(tiny_engine& engine) {
       engine.mgr.at(id).observe_tokens(att.probabilities);  // the mass the query gave each resident token
     }
     const auto plan = engine.mgr.select_global();
-    engine.mgr.commit(plan, engine.pool, md::identity_id{});  // removes the blocks from the pool's tables and compacts memdecay's state
+    engine.mgr.commit(plan, engine.pool,
+                      md::identity_id{});  // removes the blocks from the pool's tables and compacts memdecay's state
 
     step_report r{step, &s, plan.victims.size(), engine.pool.consistent(), {}};
     for (std::uint64_t id : requests) {
@@ -248,10 +255,11 @@ int main() {
     if (!s.pool_consistent) ++failures;
     for (const auto& r : s.requests) {
       const bool ok = r.output_difference <= kv::tolerance && r.probability_difference <= kv::tolerance;
-      std::printf("    request %llu: %3zu of %3llu tokens resident; cache vs direct: output %.1e, probabilities %.1e%s\n",
-                  static_cast<unsigned long long>(r.id), r.kv_len, static_cast<unsigned long long>(r.logical_len),
-                  static_cast<double>(r.output_difference), static_cast<double>(r.probability_difference),
-                  ok ? "" : "  MISMATCH");
+      std::printf(
+          "    request %llu: %3zu of %3llu tokens resident; cache vs direct: output %.1e, probabilities %.1e%s\n",
+          static_cast<unsigned long long>(r.id), r.kv_len, static_cast<unsigned long long>(r.logical_len),
+          static_cast<double>(r.output_difference), static_cast<double>(r.probability_difference),
+          ok ? "" : "  MISMATCH");
       if (!ok) ++failures;
     }
   }
@@ -278,8 +286,9 @@ int main() {
     std::printf("FAIL: %d checks failed\n", failures);
     return 1;
   }
-  std::printf("OK: after every eviction, attention over the survivors equals direct attention at their original "
-              "positions\n");
+  std::printf(
+      "OK: after every eviction, attention over the survivors equals direct attention at their original "
+      "positions\n");
   return 0;
 }
 #endif

@@ -15,8 +15,8 @@ int main() {
   md::block_pool<> pool(/*num_blocks=*/64, /*page_size=*/16);
   pool.open(/*seq=*/0);
 
-  const md::region_span prompt[] = {{md::regions::system, 16}, {md::regions::user, 32},
-                                    {md::regions::tool_out, 32}, {md::regions::scratchpad, 16}};
+  const md::region_span prompt[] = {
+      {md::regions::system, 16}, {md::regions::user, 32}, {md::regions::tool_out, 32}, {md::regions::scratchpad, 16}};
   seq.append(prompt);
   pool.append_tokens(0, seq.kv_len());
 
@@ -27,6 +27,6 @@ int main() {
 
   const auto plan = seq.select_for_budget();  // phase 1: pure
   seq.commit(plan, pool, 0);                  // phase 2: page table and state together
-  std::printf("evicted %zu pages, %zu tokens resident, first evicted page %llu\n", plan.pages.size(),
-              seq.kv_len(), static_cast<unsigned long long>(*seq.prefix_cache_boundary()));
+  std::printf("evicted %zu pages, %zu tokens resident, first evicted page %llu\n", plan.pages.size(), seq.kv_len(),
+              static_cast<unsigned long long>(*seq.prefix_cache_boundary()));
 }

@@ -221,8 +221,7 @@ using all_policies =
                      policy_case<pol::memdecay, md::attention_normalization::lifetime>,
                      policy_case<pol::memdecay, md::attention_normalization::zscore>, random_case,
                      policy_case<pol::streaming_llm>, h2o_case, policy_case<pol::tova>, scissorhands_case,
-                     policy_case<pol::norm_sum>, policy_case<pol::priority_lru>, snapkv_case,
-                     snapkv_max_case>;
+                     policy_case<pol::norm_sum>, policy_case<pol::priority_lru>, snapkv_case, snapkv_max_case>;
 TYPED_TEST_SUITE(PolicyConformance, all_policies);
 
 TYPED_TEST(PolicyConformance, BudgetProtectionsAndLowestScoresOnRandomEpisodes) {
@@ -247,11 +246,11 @@ TYPED_TEST(PolicyConformance, PinnedAndProtectedPagesSurviveAnyRequest) {
   md::config cfg{.page_size = 4, .protection = {.sink_pages = 1, .recent_tokens = 5}};
   cfg.region_overrides = {{.region = "plan", .pinned = true}};
   sequence_of<TypeParam, float> seq(cfg, TypeParam::template params<float>());
-  seq.append(md::regions::tool_out, 8);    // pages 0 (sink), 1
-  seq.append(md::regions::system, 2);      // page 2: pinned (mixed with tool_out)
+  seq.append(md::regions::tool_out, 8);  // pages 0 (sink), 1
+  seq.append(md::regions::system, 2);    // page 2: pinned (mixed with tool_out)
   seq.append(md::regions::tool_out, 2);
-  seq.append(md::regions::plan, 4);        // page 3: pinned by override
-  seq.append(md::regions::scratchpad, 14); // pages 4..7; recent: the last 5 tokens (pages 6, 7); 7 is partial
+  seq.append(md::regions::plan, 4);         // page 3: pinned by override
+  seq.append(md::regions::scratchpad, 14);  // pages 4..7; recent: the last 5 tokens (pages 6, 7); 7 is partial
   seq.advance_to(40);
   seq.observe_tokens(std::vector<float>(seq.kv_len(), 1.0f / static_cast<float>(seq.kv_len())));
   const std::size_t in_flight[] = {4};
@@ -279,56 +278,75 @@ TYPED_TEST(PolicyConformance, RejectedInputsChangeNothing) {
     s.observe_tokens(mass);
   });
 
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append(7, 3); }, "unknown region");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.append(7, 3); }, "unknown region");
   const md::region_span spans[] = {{md::regions::user, 2}, {200, 1}};
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append(spans); }, "unknown region in spans");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.append(spans); }, "unknown region in spans");
   const md::region_id labels[] = {0, 1, 9};
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.append_tokens(labels); }, "unknown label");
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.advance_to(9); }, "clock backwards");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.append_tokens(labels); }, "unknown label");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.advance_to(9); }, "clock backwards");
   const std::size_t n = seq.kv_len();
   const std::vector<float> short_mass(n - 1, 0.1f), long_mass(n + 1, 0.1f);
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(short_mass); }, "short");
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(long_mass); }, "long");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.observe_tokens(short_mass); }, "short");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.observe_tokens(long_mass); }, "long");
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), -0.5f}) {
     std::vector<float> mass(n, 0.1f);
     mass[n - 2] = bad;
-    expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_tokens(mass); }, "bad mass");
+    expect_rejected_unchanged<md::input_error>(
+        seq, [&] { seq.observe_tokens(mass); }, "bad mass");
     std::vector<float> pages(seq.num_pages(), 0.1f);
     pages.back() = bad;
-    expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_pages(pages); }, "bad page mass");
+    expect_rejected_unchanged<md::input_error>(
+        seq, [&] { seq.observe_pages(pages); }, "bad page mass");
   }
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_pages(std::vector<float>(2, 0.1f)); }, "pages");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.observe_pages(std::vector<float>(2, 0.1f)); }, "pages");
   Eigen::MatrixXf heads = Eigen::MatrixXf::Constant(2, static_cast<Eigen::Index>(n + 3), 0.1f);
-  expect_rejected_unchanged<md::input_error>(seq, [&] { seq.observe_heads(heads, md::head_reduction::sum); }, "heads");
+  expect_rejected_unchanged<md::input_error>(
+      seq, [&] { seq.observe_heads(heads, md::head_reduction::sum); }, "heads");
 
   const auto plan = seq.select(2);
   ASSERT_EQ(plan.pages.size(), 2u);
   auto forged = plan;
   forged.pages = {0};  // the pinned system page
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "pinned page");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(forged); }, "pinned page");
   forged.pages = {4};  // the partial last page
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "partial page");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(forged); }, "partial page");
   forged.pages = {9};
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "no such page");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(forged); }, "no such page");
   forged.pages = {2, 1};
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "unsorted");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(forged); }, "unsorted");
   forged = plan;
   forged.page_size = 8;
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(forged); }, "page size");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(forged); }, "page size");
   md::block_pool<> short_pool(16, 4), wide_pool(16, 8);
   short_pool.open(1);
   short_pool.append_tokens(1, 8);
   wide_pool.open(1);
   wide_pool.append_tokens(1, n);
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, short_pool, 1); }, "table too short");
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, wide_pool, 1); }, "table page size");
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(plan, short_pool, 2); }, "unknown sequence");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(plan, short_pool, 1); }, "table too short");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(plan, wide_pool, 1); }, "table page size");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(plan, short_pool, 2); }, "unknown sequence");
   EXPECT_EQ(short_pool.num_pages(1), 2u);
 
   // The bad calls left no trace: the sequence and its twin agree from here on.
   const auto stale = seq.select(1);
   both([](auto& s) { s.append(md::regions::tool_out, 3); });
-  expect_rejected_unchanged<md::usage_error>(seq, [&] { seq.commit(stale); }, "stale plan");
+  expect_rejected_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(stale); }, "stale plan");
   for (md::step_t step = 11; step < 30; ++step) {
     both([&](auto& s) {
       s.append(md::regions::tool_out, 2);

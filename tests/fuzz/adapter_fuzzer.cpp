@@ -47,7 +47,7 @@ using global_plan_type = manager_type::global_plan_type;
 using csr = memdecay::flashinfer_csr;
 
 constexpr std::size_t k_max_ops = 300;
-constexpr std::size_t k_max_tokens = 400;   // per sequence: keeps one input fast
+constexpr std::size_t k_max_tokens = 400;  // per sequence: keeps one input fast
 constexpr std::size_t k_max_requests = 6;
 constexpr std::int32_t k_stale = 0x5EADBEEF;  // what the indices buffer holds past nnz at first
 
@@ -89,8 +89,10 @@ outcome model_csr_remove(std::vector<std::int32_t>& pages, std::size_t last_len,
   if (!remove.empty() && remove.back() == n - 1 && last_len != page_size) return outcome::usage_error;  // partial
   std::vector<std::int32_t> kept;
   for (std::size_t p = 0; p < n; ++p) {
-    if (std::binary_search(remove.begin(), remove.end(), p)) removed.push_back(pages[p]);
-    else kept.push_back(pages[p]);
+    if (std::binary_search(remove.begin(), remove.end(), p))
+      removed.push_back(pages[p]);
+    else
+      kept.push_back(pages[p]);
   }
   pages = std::move(kept);
   return outcome::ok;
@@ -131,16 +133,23 @@ class harness {
       const snapshot before = snap();
       const std::uint8_t code = in.u8();
       switch (code % 20) {
-        case 0: case 1: op_open(in); break;
+        case 0:
+        case 1: op_open(in); break;
         case 2: op_close(in); break;
-        case 3: case 4: case 5: op_append(in); break;
+        case 3:
+        case 4:
+        case 5: op_append(in); break;
         case 6: op_advance(in); break;
-        case 7: case 8: op_observe(in); break;
+        case 7:
+        case 8: op_observe(in); break;
         case 9: op_protect(in); break;
         case 10: op_shared(in); break;
         case 11: op_select_one(in); break;
-        case 12: case 13: case 14: op_select_global(in); break;
-        case 15: case 16: op_commit_global(in); break;
+        case 12:
+        case 13:
+        case 14: op_select_global(in); break;
+        case 15:
+        case 16: op_commit_global(in); break;
         case 17: op_corrupt(in); break;
         case 18: op_scratch_remove(in); break;
         default: op_commit_one(in); break;
@@ -184,9 +193,7 @@ class harness {
     arrays_.indices.resize(arrays_.indices.size() + slack_, k_stale);
   }
   csr view() { return view_of(arrays_); }
-  csr view_of(csr_arrays& a) {
-    return csr(a.indptr, a.indices, a.last_page_len, P_, pool_pages_);
-  }
+  csr view_of(csr_arrays& a) { return csr(a.indptr, a.indices, a.last_page_len, P_, pool_pages_); }
   std::size_t holders(std::int32_t id) const {
     std::size_t n = 0;
     for (const auto& r : reqs_) n += static_cast<std::size_t>(std::count(r.pages.begin(), r.pages.end(), id));
@@ -302,9 +309,9 @@ class harness {
       for (std::int32_t id : {r.pages.front(), r.pages.back()})
         FUZZ_CHECK(v.ref_count(id) == count[id], where + ": ref_count of page " + std::to_string(id));
     }
-    FUZZ_CHECK(free_.size() + std::count_if(refs_.begin(), refs_.end(), [](std::size_t n) { return n > 0; }) ==
-                   pool_pages_,
-               where + ": engine allocator");
+    FUZZ_CHECK(
+        free_.size() + std::count_if(refs_.begin(), refs_.end(), [](std::size_t n) { return n > 0; }) == pool_pages_,
+        where + ": engine allocator");
   }
   void compare_request(const request& r, const std::string& where, std::size_t& resident, std::size_t& reclaimable) {
     const auto& seq = mgr_.at(r.id);
@@ -362,9 +369,21 @@ class harness {
     c.unit = static_cast<model_budget_unit>(in.u8() % 4);
     switch (c.unit) {
       case model_budget_unit::unlimited: break;
-      case model_budget_unit::tokens: { static const double h[] = {0, 8, 32, 64, 200}; c.high = in.pick(h); break; }
-      case model_budget_unit::pages: { static const double h[] = {0, 1, 2, 4, 8}; c.high = in.pick(h); break; }
-      case model_budget_unit::ratio: { static const double h[] = {0.25, 0.5, 1.0}; c.high = in.pick(h); break; }
+      case model_budget_unit::tokens: {
+        static const double h[] = {0, 8, 32, 64, 200};
+        c.high = in.pick(h);
+        break;
+      }
+      case model_budget_unit::pages: {
+        static const double h[] = {0, 1, 2, 4, 8};
+        c.high = in.pick(h);
+        break;
+      }
+      case model_budget_unit::ratio: {
+        static const double h[] = {0.25, 0.5, 1.0};
+        c.high = in.pick(h);
+        break;
+      }
     }
     if (c.unit != model_budget_unit::unlimited && in.flip(2))
       c.low = c.unit == model_budget_unit::ratio ? c.high / 2 : std::floor(c.high / 2);
@@ -377,10 +396,10 @@ class harness {
       static const double rates[] = {0.0, 0.05, 1.0};
       const std::size_t n = 1 + in.u8() % 3;
       for (std::size_t i = 0; i < n; ++i)
-        c.regions.push_back({"r" + std::to_string(i), 0.25 * static_cast<double>(1 + in.u8() % 4), in.pick(rates),
-                             in.u8() % 6 == 0});
+        c.regions.push_back(
+            {"r" + std::to_string(i), 0.25 * static_cast<double>(1 + in.u8() % 4), in.pick(rates), in.u8() % 6 == 0});
     }
-    if (in.u8() % 16 == 0) c.alpha = -1.0;  // invalid: the sequence's own validation
+    if (in.u8() % 16 == 0) c.alpha = -1.0;        // invalid: the sequence's own validation
     if (in.u8() % 16 == 0) c.page_size = P_ * 2;  // not the manager's page size
     return c;
   }
@@ -433,8 +452,10 @@ class harness {
     const auto before = snap();
     std::vector<model_region> effective;
     outcome want = outcome::ok;
-    if (find(id)) want = outcome::usage_error;
-    else if (c.page_size != P_ || !model_config_valid(c, effective)) want = outcome::config_error;
+    if (find(id))
+      want = outcome::usage_error;
+    else if (c.page_size != P_ || !model_config_valid(c, effective))
+      want = outcome::config_error;
     if (want == outcome::ok && reqs_.size() >= k_max_requests) return;  // the engine's batch is full
     const outcome got = run_call([&] { (void)mgr_.open(id, to_library(c)); });
     expect(got, want, "open(" + std::to_string(id) + ")");
@@ -545,8 +566,10 @@ class harness {
     const outcome want = per_page ? r->m.observe_pages(mass) : r->m.observe_tokens(mass);
     const outcome got = run_call([&] {
       auto& seq = mgr_.at(r->id);
-      if (per_page) (void)seq.observe_pages(mass);
-      else (void)seq.observe_tokens(mass);
+      if (per_page)
+        (void)seq.observe_pages(mass);
+      else
+        (void)seq.observe_tokens(mass);
     });
     expect(got, want, std::string(per_page ? "observe_pages(" : "observe_tokens(") + std::to_string(r->id) + ")");
     unchanged_if_rejected(got, before, "observe");
@@ -616,8 +639,9 @@ class harness {
       for (std::size_t p : pages)
         if (p >= r->m.num_pages()) want = outcome::input_error;
     const outcome got = run_call([&] { mgr_.set_shared(id, pages, flag); });
-    expect(got, want, "set_shared(" + std::to_string(id) + ", " + std::to_string(pages.size()) + " pages, " +
-                          (flag ? "true" : "false") + ")");
+    expect(got, want,
+           "set_shared(" + std::to_string(id) + ", " + std::to_string(pages.size()) + " pages, " +
+               (flag ? "true" : "false") + ")");
     unchanged_if_rejected(got, before, "set_shared");
     if (got == outcome::ok)
       for (std::size_t p : pages) {
@@ -655,9 +679,8 @@ class harness {
     return same_bits(a.scores, b.scores);
   }
   static bool same_bits(const std::vector<Float>& a, const std::vector<Float>& b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](Float x, Float y) {
-             return std::memcmp(&x, &y, sizeof(Float)) == 0;
-           });
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(),
+                                              [](Float x, Float y) { return std::memcmp(&x, &y, sizeof(Float)) == 0; });
   }
 
   void op_select_one(reader& in) {
@@ -669,8 +692,8 @@ class harness {
     const auto before = snap();
     plan_type plan;
     const outcome got = run_call([&] { plan = budget ? mgr_.select(id) : mgr_.select(id, k); });
-    expect(got, r ? outcome::ok : outcome::usage_error, budget ? "select(" + std::to_string(id) + ")"
-                                                               : "select(" + std::to_string(id) + ", k)");
+    expect(got, r ? outcome::ok : outcome::usage_error,
+           budget ? "select(" + std::to_string(id) + ")" : "select(" + std::to_string(id) + ", k)");
     FUZZ_CHECK(snap() == before, "select changed something");
     if (!r) return;
     const auto prot = r->indices_of(r->protect);
@@ -744,11 +767,10 @@ class harness {
       ++out.pages_freed;
     }
     out.pages_short = need - take;
-    std::sort(out.victims.begin(), out.victims.end(),
-              [&](const auto& a, const auto& b) {
-                return before({a.score, tie_of(a.sequence, a.page), a.sequence, a.page},
-                              {b.score, tie_of(b.sequence, b.page), b.sequence, b.page});
-              });
+    std::sort(out.victims.begin(), out.victims.end(), [&](const auto& a, const auto& b) {
+      return before({a.score, tie_of(a.sequence, a.page), a.sequence, a.page},
+                    {b.score, tie_of(b.sequence, b.page), b.sequence, b.page});
+    });
     for (auto& [id, pages] : chosen) {
       if (pages.empty()) continue;
       std::sort(pages.begin(), pages.end());
@@ -784,7 +806,8 @@ class harness {
                "select_global: pages_freed / pages_short");
     FUZZ_CHECK(plan.plans.size() == want.plans.size(), "select_global: plan count");
     for (const auto& [id, p] : want.plans)
-      FUZZ_CHECK(plan.plans.contains(id) && same_plan(plan.plans.at(id), p), "select_global: plan of " + std::to_string(id));
+      FUZZ_CHECK(plan.plans.contains(id) && same_plan(plan.plans.at(id), p),
+                 "select_global: plan of " + std::to_string(id));
     // Invariants, stated directly: no victim is pinned, sink, recent, partial or protected; a feasible global
     // budget reaches its low watermark.
     std::map<std::uint64_t, std::vector<model_status>> statuses;  // once per sequence: O(tokens) each
@@ -850,7 +873,8 @@ class harness {
     const std::size_t from = static_cast<std::size_t>(rows_changed <= 1 ? arrays_.indptr.back() : before.indptr.back());
     FUZZ_CHECK(arrays_.indices.size() == before.indices.size(), call);
     for (std::size_t i = from; i < before.indices.size(); ++i)
-      FUZZ_CHECK(arrays_.indices[i] == before.indices[i], call + ": indices[" + std::to_string(i) + "] past nnz was written");
+      FUZZ_CHECK(arrays_.indices[i] == before.indices[i],
+                 call + ": indices[" + std::to_string(i) + "] past nnz was written");
   }
   void commit_global(const global_plan_type& plan, bool state_only, const std::string& call) {
     const auto before = snap();
@@ -904,11 +928,21 @@ class harness {
         p.generation = r ? r->m.generation : 0;
       }
       switch (forge) {
-        case 0: case 1: case 2: break;  // as selected (maybe stale)
+        case 0:
+        case 1:
+        case 2: break;  // as selected (maybe stale)
         case 3: p.generation += 1; break;
-        case 4: if (r) p.generation = r->m.generation; break;  // refreshed: the content decides
+        case 4:
+          if (r) p.generation = r->m.generation;
+          break;  // refreshed: the content decides
         case 5: p.page_size *= 2; break;
-        case 6: if (r) { p.generation = r->m.generation; p.pages.push_back(in.u8() % (r->m.num_pages() + 1)); std::sort(p.pages.begin(), p.pages.end()); } break;
+        case 6:
+          if (r) {
+            p.generation = r->m.generation;
+            p.pages.push_back(in.u8() % (r->m.num_pages() + 1));
+            std::sort(p.pages.begin(), p.pages.end());
+          }
+          break;
         case 7:  // a page protected for this step, at the current generation
           if (r && !r->protect.empty()) {
             p.generation = r->m.generation;
@@ -970,8 +1004,13 @@ class harness {
       case 0: a.indptr[0] = in.flip(2) ? -1 : 1; break;
       case 1: a.indptr[row + 1] = a.indptr[row] - static_cast<std::int32_t>(in.u8() % 2); break;  // empty or decreasing
       case 2: a.indptr[row] = a.indptr[row + 1] + 1; break;
-      case 3: a.indices[static_cast<std::size_t>(a.indptr[row])] = in.flip(2) ? -1 : static_cast<std::int32_t>(pool_pages_); break;
-      case 4: if (a.indptr[row + 1] - a.indptr[row] >= 2) a.indices[static_cast<std::size_t>(a.indptr[row]) + 1] = a.indices[static_cast<std::size_t>(a.indptr[row])]; break;
+      case 3:
+        a.indices[static_cast<std::size_t>(a.indptr[row])] = in.flip(2) ? -1 : static_cast<std::int32_t>(pool_pages_);
+        break;
+      case 4:
+        if (a.indptr[row + 1] - a.indptr[row] >= 2)
+          a.indices[static_cast<std::size_t>(a.indptr[row]) + 1] = a.indices[static_cast<std::size_t>(a.indptr[row])];
+        break;
       case 5: a.last_page_len[row] = in.flip(2) ? 0 : static_cast<std::int32_t>(P_ + 1); break;
       case 6: a.indptr[batch] = static_cast<std::int32_t>(a.indices.size() + 1); break;
       default: a.last_page_len[row] = -static_cast<std::int32_t>(in.u8()); break;
@@ -979,7 +1018,8 @@ class harness {
     const bool valid = model_csr_valid(a, P_, pool_pages_);
     const auto before = snap();
     const std::uint8_t call = in.u8() % 6;
-    std::string what = "corrupt " + std::to_string(kind) + " row " + std::to_string(row) + (valid ? " (still valid)" : "");
+    std::string what =
+        "corrupt " + std::to_string(kind) + " row " + std::to_string(row) + (valid ? " (still valid)" : "");
     outcome got;
     switch (call) {
       case 0:
@@ -989,21 +1029,26 @@ class harness {
       case 1: {
         const std::size_t q = in.u8() % batch;
         got = run_call([&] { stale_view.check_remove_pages(q, std::vector<std::size_t>{}); });
-        expect(got, valid ? outcome::ok : outcome::input_error, what + ": check_remove_pages(" + std::to_string(q) + ", {})");
+        expect(got, valid ? outcome::ok : outcome::input_error,
+               what + ": check_remove_pages(" + std::to_string(q) + ", {})");
         break;
       }
       case 2: {
         const std::size_t q = in.u8() % batch;
         got = run_call([&] { (void)stale_view.remove_pages(q, std::vector<std::size_t>{0}); });
-        if (!valid) expect(got, outcome::input_error, what + ": remove_pages(" + std::to_string(q) + ", {0})");
-        else if (got == outcome::ok) { arrays_ = saved; return; }  // a valid edit: a legal removal, then repaired
+        if (!valid)
+          expect(got, outcome::input_error, what + ": remove_pages(" + std::to_string(q) + ", {0})");
+        else if (got == outcome::ok) {
+          arrays_ = saved;
+          return;
+        }  // a valid edit: a legal removal, then repaired
         break;
       }
       case 3: {  // the readers check the one request they read
         const std::size_t q = in.u8() % batch;
         const std::int32_t b = a.indptr[q], e = a.indptr[q + 1];
-        const bool row_ok = b >= 0 && e > b && static_cast<std::size_t>(e) <= a.indices.size() && a.last_page_len[q] > 0 &&
-                            static_cast<std::size_t>(a.last_page_len[q]) <= P_;
+        const bool row_ok = b >= 0 && e > b && static_cast<std::size_t>(e) <= a.indices.size() &&
+                            a.last_page_len[q] > 0 && static_cast<std::size_t>(a.last_page_len[q]) <= P_;
         const outcome want = row_ok ? outcome::ok : outcome::input_error;
         std::size_t pages = 0, kv = 0;
         std::int32_t first = 0;
@@ -1015,7 +1060,8 @@ class harness {
         expect(got, want, what + ": num_pages/kv_len/page_at of row " + std::to_string(q));
         if (got == outcome::ok) {
           FUZZ_CHECK(pages == static_cast<std::size_t>(e - b), "num_pages of a corrupted row");
-          FUZZ_CHECK(kv == P_ * (pages - 1) + static_cast<std::size_t>(a.last_page_len[q]), "kv_len of a corrupted row");
+          FUZZ_CHECK(kv == P_ * (pages - 1) + static_cast<std::size_t>(a.last_page_len[q]),
+                     "kv_len of a corrupted row");
           FUZZ_CHECK(first == a.indices[static_cast<std::size_t>(b)], "page_at of a corrupted row");
         }
         break;
@@ -1040,13 +1086,16 @@ class harness {
         const bool in_range = a.indptr[batch] >= 0 && static_cast<std::size_t>(a.indptr[batch]) <= a.indices.size();
         expect(got, in_range || valid ? outcome::ok : outcome::input_error, what + ": ref_count");
         if (got == outcome::ok)
-          FUZZ_CHECK(n == static_cast<std::size_t>(std::count(a.indices.begin(), a.indices.begin() + a.indptr[batch], id)),
-                     "ref_count of corrupted arrays");
+          FUZZ_CHECK(
+              n == static_cast<std::size_t>(std::count(a.indices.begin(), a.indices.begin() + a.indptr[batch], id)),
+              "ref_count of corrupted arrays");
         break;
       }
     }
-    if (got != outcome::ok) FUZZ_CHECK(snap() == before, what + ": a rejected call changed something");
-    else FUZZ_CHECK(snap() == before, what + ": a reader changed something");
+    if (got != outcome::ok)
+      FUZZ_CHECK(snap() == before, what + ": a rejected call changed something");
+    else
+      FUZZ_CHECK(snap() == before, what + ": a reader changed something");
     arrays_ = saved;  // the engine repairs its arrays
   }
 
@@ -1068,21 +1117,32 @@ class harness {
     std::vector<std::size_t> pages;
     switch (in.u8() % 4) {
       case 0: pages = page_list(in, row < reqs_.size() ? reqs_[row].pages.size() : 1); break;
-      case 1: if (row < reqs_.size()) for (std::size_t p = 0; p < reqs_[row].pages.size(); ++p) pages.push_back(p); break;
-      case 2: if (row < reqs_.size()) pages = {reqs_[row].pages.size() - 1}; break;
-      default: { const std::size_t n = row < reqs_.size() ? reqs_[row].pages.size() : 1; for (std::size_t p = 0; p + 1 < n; p += 2) pages.push_back(p); break; }
+      case 1:
+        if (row < reqs_.size())
+          for (std::size_t p = 0; p < reqs_[row].pages.size(); ++p) pages.push_back(p);
+        break;
+      case 2:
+        if (row < reqs_.size()) pages = {reqs_[row].pages.size() - 1};
+        break;
+      default: {
+        const std::size_t n = row < reqs_.size() ? reqs_[row].pages.size() : 1;
+        for (std::size_t p = 0; p + 1 < n; p += 2) pages.push_back(p);
+        break;
+      }
     }
     std::vector<std::vector<std::int32_t>> rows;
     for (const auto& r : reqs_) rows.push_back(r.pages);
     std::vector<std::int32_t> removed_model;
-    const outcome want = row >= reqs_.size() ? outcome::usage_error
-                                             : model_csr_remove(rows[row], reqs_[row].last_len(), P_, pages, removed_model);
+    const outcome want = row >= reqs_.size()
+                             ? outcome::usage_error
+                             : model_csr_remove(rows[row], reqs_[row].last_len(), P_, pages, removed_model);
     std::vector<std::int32_t> removed;
     const outcome got = run_call([&] {
       csr v(copy.indptr, copy.indices, copy.last_page_len, P_, pool_pages_);
       removed = v.remove_pages(row, pages);
     });
-    expect(got, want, "scratch csr.remove_pages(row " + std::to_string(row) + ", " + std::to_string(pages.size()) + " pages)");
+    expect(got, want,
+           "scratch csr.remove_pages(row " + std::to_string(row) + ", " + std::to_string(pages.size()) + " pages)");
     if (got != outcome::ok) {
       FUZZ_CHECK(copy == arrays_, "a rejected remove_pages wrote the arrays");
       return;
@@ -1128,7 +1188,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (g % 4 != 0) {
     static const std::size_t highs[] = {0, 1, 2, 4, 8, 16, 32, 64};
     const std::size_t high = in.pick(highs);
-    global = memdecay::global_budget::pages(high, g % 4 == 1 ? high : g % 4 == 2 ? high / 2 : high + (g == 0xFF ? 1 : 0));
+    global = memdecay::global_budget::pages(high, g % 4 == 1   ? high
+                                                  : g % 4 == 2 ? high / 2
+                                                               : high + (g == 0xFF ? 1 : 0));
   }
   static const std::size_t pools[] = {16, 64, 256, 1024};
   const std::size_t pool_pages = in.pick(pools);
@@ -1137,7 +1199,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::to_string(global.low) + " pool " + std::to_string(pool_pages) + " slack " + std::to_string(slack));
   std::optional<manager_type> mgr;
   const bool valid = page_size != 0 && (page_size & (page_size - 1)) == 0 && global.low <= global.high;
-  const outcome got = run_call([&] { mgr.emplace(memdecay::manager_config{.page_size = page_size, .global = global}); });
+  const outcome got =
+      run_call([&] { mgr.emplace(memdecay::manager_config{.page_size = page_size, .global = global}); });
   expect(got, valid ? outcome::ok : outcome::config_error, "construct manager");
   if (mgr) {
     harness h(*mgr, page_size, pool_pages, slack, global);

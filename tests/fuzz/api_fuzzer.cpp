@@ -82,7 +82,8 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
   switch (c.unit) {
     case model_budget_unit::unlimited: break;
     case model_budget_unit::tokens: {
-      static const double highs[] = {0, 1, 15, 16, 32, 48, 64, 100, 128, 256, 1000, 1e20, 1e300, 18446744073709551616.0};
+      static const double highs[] = {0,   1,   15,  16,   32,   48,    64,
+                                     100, 128, 256, 1000, 1e20, 1e300, 18446744073709551616.0};
       static const double bad[] = {1.5, -1.0, nan_d, inf_d};
       c.high = allow_bad && in.flip(4) ? in.pick(bad) : in.pick(highs);
       break;
@@ -105,7 +106,9 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
       case 0: c.low = c.high; break;
       case 1: c.low = c.unit == model_budget_unit::ratio ? c.high / 2 : std::floor(c.high / 2); break;
       case 2: c.low = 0.0; break;
-      case 3: c.low = c.unit == model_budget_unit::tokens ? std::max(0.0, c.high - 16) : std::floor(c.high * 0.75); break;
+      case 3:
+        c.low = c.unit == model_budget_unit::tokens ? std::max(0.0, c.high - 16) : std::floor(c.high * 0.75);
+        break;
       default: c.low = allow_bad ? c.high + 1 : c.high; break;
     }
   }
@@ -147,7 +150,6 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
   return c;
 }
 
-
 // ------------------------------------------------------------------------------------------------------------------
 // One run: a sequence type, its model, a pool that mirrors it (sequence id 0) and a few pool-only sequences.
 constexpr std::size_t k_max_tokens = 3000;  // keeps one input fast
@@ -174,22 +176,26 @@ class harness {
       const std::uint64_t digest = before.digest, generation = before.generation;
       const std::uint8_t code = in.u8();
       switch (code % 16) {
-        case 0: case 1: op_append_spans(in); break;
+        case 0:
+        case 1: op_append_spans(in); break;
         case 2: op_append_labels(in); break;
-        case 3: case 4: op_advance(in); break;
-        case 5: case 6: op_observe_tokens(in); break;
+        case 3:
+        case 4: op_advance(in); break;
+        case 5:
+        case 6: op_observe_tokens(in); break;
         case 7: op_observe_pages(in); break;
         case 8: op_observe_heads(in); break;
-        case 9: case 10: op_select_for_budget(in); break;
+        case 9:
+        case 10: op_select_for_budget(in); break;
         case 11: op_select(in); break;
-        case 12: case 13: op_commit(in); break;
+        case 12:
+        case 13: op_commit(in); break;
         case 14: op_pool(in); break;
         default: op_queries(in); break;
       }
       // The full comparison after every call that changed something; a call that left the digest, the generation
       // and the pool alone left a state that was already compared (the digest covers every field).
-      if (!(snap() == before) || code % 16 == 14 || op % 16 == 0)
-        compare_all("after op " + std::to_string(op));
+      if (!(snap() == before) || code % 16 == 14 || op % 16 == 0) compare_all("after op " + std::to_string(op));
       if (seq_.digest() != digest)
         FUZZ_CHECK(seq_.state().generation() != generation, "the state changed but the generation did not");
     }
@@ -212,8 +218,10 @@ class harness {
     for (std::size_t i = 0; i < m_.kv_len(); ++i) {
       const auto& t = m_.tokens[i];
       FUZZ_CHECK(st.regions()[i] == t.region, where + ": region of token " + std::to_string(i));
-      FUZZ_CHECK(seq_.policy().last_refresh()[i] == t.refreshed, where + ": refresh step of token " + std::to_string(i));
-      FUZZ_CHECK(std::memcmp(&seq_.policy().ewma()[i], &t.ewma, sizeof(Float)) == 0, where + ": EWMA of token " + std::to_string(i));
+      FUZZ_CHECK(seq_.policy().last_refresh()[i] == t.refreshed,
+                 where + ": refresh step of token " + std::to_string(i));
+      FUZZ_CHECK(std::memcmp(&seq_.policy().ewma()[i], &t.ewma, sizeof(Float)) == 0,
+                 where + ": EWMA of token " + std::to_string(i));
       FUZZ_CHECK(st.position_of(i) == t.position, where + ": position of token " + std::to_string(i));
     }
     // The prefix-cache boundary: the first original page that is gone.
@@ -308,9 +316,12 @@ class harness {
   std::vector<Float> mass_vector(reader& in, std::size_t expected) {
     std::size_t len = expected;
     const std::uint8_t shape = in.u8();
-    if (shape % 16 == 0) len = expected + 1;
-    else if (shape % 16 == 1) len = expected ? expected - 1 : 0;
-    else if (shape % 16 == 2) len = 0;
+    if (shape % 16 == 0)
+      len = expected + 1;
+    else if (shape % 16 == 1)
+      len = expected ? expected - 1 : 0;
+    else if (shape % 16 == 2)
+      len = 0;
     const std::uint8_t mode = in.u8();  // 0..3: one value everywhere; otherwise per-entry values with a default
     std::vector<Float> mass(len);
     if (mode % 4 == 0) {
@@ -329,7 +340,8 @@ class harness {
     const std::size_t n = in.u8() % 4 == 0 ? in.u8() % 5 : 0;
     for (std::size_t k = 0; k < n; ++k) {
       const std::uint8_t b = in.u8();
-      out.push_back(b == 0xFF ? std::numeric_limits<std::size_t>::max() : (m_.num_pages() ? b % (m_.num_pages() + 2) : b));
+      out.push_back(b == 0xFF ? std::numeric_limits<std::size_t>::max()
+                              : (m_.num_pages() ? b % (m_.num_pages() + 2) : b));
     }
     return out;
   }
@@ -405,7 +417,10 @@ class harness {
       case 1: step = m_.now; break;
       case 2: step = in.u32(); break;
       case 3: step = std::numeric_limits<std::uint32_t>::max() - in.u8(); break;
-      default: step = m_.now + 1 + in.u8() % 64; if (step < m_.now) step = m_.now; break;
+      default:
+        step = m_.now + 1 + in.u8() % 64;
+        if (step < m_.now) step = m_.now;
+        break;
     }
     const auto before = snap();
     const outcome want = m_.advance_to(step);
@@ -421,8 +436,9 @@ class harness {
     const outcome want = m_.observe_tokens(mass);
     std::size_t refreshed = 0;
     const outcome got = run_call([&] { refreshed = seq_.observe_tokens(mass); });
-    expect(got, want, "observe_tokens(" + std::to_string(mass.size()) + " values, first " +
-                          (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
+    expect(got, want,
+           "observe_tokens(" + std::to_string(mass.size()) + " values, first " +
+               (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
     check_unchanged_if_rejected(got, before, "observe_tokens");
     if (got == outcome::ok) FUZZ_CHECK(refreshed == want_refreshed, "observe_tokens: refreshed count");
   }
@@ -431,8 +447,9 @@ class harness {
     const auto before = snap();
     const outcome want = m_.observe_pages(mass);
     const outcome got = run_call([&] { (void)seq_.observe_pages(mass); });
-    expect(got, want, "observe_pages(" + std::to_string(mass.size()) + " values, first " +
-                          (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
+    expect(got, want,
+           "observe_pages(" + std::to_string(mass.size()) + " values, first " +
+               (mass.empty() ? std::string("-") : std::to_string(mass[0])) + ")");
     check_unchanged_if_rejected(got, before, "observe_pages");
   }
   void op_observe_heads(reader& in) {
@@ -454,16 +471,16 @@ class harness {
     }
     const auto before = snap();
     const outcome want = m_.observe_tokens(reduced);
-    const outcome got = run_call([&] {
-      (void)seq_.observe_heads(mat, mean ? memdecay::head_reduction::mean : memdecay::head_reduction::sum);
-    });
+    const outcome got = run_call(
+        [&] { (void)seq_.observe_heads(mat, mean ? memdecay::head_reduction::mean : memdecay::head_reduction::sum); });
     expect(got, want, "observe_heads(" + std::to_string(heads) + "x" + std::to_string(cols) + ")");
     check_unchanged_if_rejected(got, before, "observe_heads");
   }
 
   /// Checks a plan: exactly the model's selection rule applied to the library's page scores, and consistent with
   /// the model's own scores up to the scorer's tolerance (no victim clearly above a spared eligible page).
-  void compare_plan(const plan_type& plan, std::size_t k, const std::vector<std::size_t>& prot, const std::string& call) {
+  void compare_plan(const plan_type& plan, std::size_t k, const std::vector<std::size_t>& prot,
+                    const std::string& call) {
     trace(call + " -> " + std::to_string(plan.pages.size()) + " victims");
     const auto lib_scores = seq_.page_scores();
     const auto want = m_.select_with(lib_scores, k, prot);
@@ -587,8 +604,9 @@ class harness {
         break;
       }
     }
-    expect(got, want, call + " path " + std::to_string(static_cast<int>(path)) + " of " +
-                          std::to_string(plan.pages.size()) + " pages at generation " + std::to_string(plan.generation));
+    expect(got, want,
+           call + " path " + std::to_string(static_cast<int>(path)) + " of " + std::to_string(plan.pages.size()) +
+               " pages at generation " + std::to_string(plan.generation));
     check_unchanged_if_rejected(got, before, call);
     if (got == outcome::ok) m_.remove(plan.pages);
   }
@@ -603,13 +621,17 @@ class harness {
     plan_type plan = in.flip(4) && older_ ? *older_ : *last_;
     const std::uint8_t forge = in.u8();
     switch (forge % 12) {
-      case 0: case 1: case 2: break;                                   // as selected (maybe stale)
-      case 3: plan.generation = m_.generation; break;                   // refreshed generation: content decides
+      case 0:
+      case 1:
+      case 2: break;                                   // as selected (maybe stale)
+      case 3: plan.generation = m_.generation; break;  // refreshed generation: content decides
       case 4: plan.generation += 1; break;
       case 5: plan.page_size *= 2; break;
-      case 6: if (!plan.pages.empty()) plan.pages.push_back(plan.pages.back()); break;  // duplicate
+      case 6:
+        if (!plan.pages.empty()) plan.pages.push_back(plan.pages.back());
+        break;  // duplicate
       case 7: std::reverse(plan.pages.begin(), plan.pages.end()); break;
-      case 8: plan.pages.push_back(m_.num_pages()); break;             // out of range
+      case 8: plan.pages.push_back(m_.num_pages()); break;                           // out of range
       case 9: plan.pages.push_back(m_.num_pages() ? m_.num_pages() - 1 : 0); break;  // maybe partial / recent
       default: {  // forged content at the current generation: random ascending pages, pinned and protected ones too
         plan.generation = m_.generation;
@@ -621,9 +643,9 @@ class harness {
         break;
       }
     }
-    static const commit_path paths[] = {commit_path::pool,         commit_path::pool,         commit_path::no_table,
-                                        commit_path::wrong_page_size, commit_path::extra_tokens, commit_path::fewer_tokens,
-                                        commit_path::not_open};
+    static const commit_path paths[] = {
+        commit_path::pool,         commit_path::pool,         commit_path::no_table, commit_path::wrong_page_size,
+        commit_path::extra_tokens, commit_path::fewer_tokens, commit_path::not_open};
     commit(plan, in.pick(paths), "commit(forge " + std::to_string(forge % 12) + ")");
   }
 
@@ -645,8 +667,16 @@ class harness {
         got = run_call([&] { pool_.close(id); });
         call = "pool.close(" + std::to_string(id) + ")";
         break;
-      case 2: case 3: {
-        static const std::size_t sizes[] = {0, 1, 5, 16, 17, 64, 200, 100000,
+      case 2:
+      case 3: {
+        static const std::size_t sizes[] = {0,
+                                            1,
+                                            5,
+                                            16,
+                                            17,
+                                            64,
+                                            200,
+                                            100000,
                                             std::numeric_limits<std::size_t>::max(),
                                             std::numeric_limits<std::size_t>::max() - 3};
         const std::size_t n = in.pick(sizes);
@@ -742,8 +772,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     expect(got, valid ? outcome::ok : outcome::config_error, "block_pool(8, " + std::to_string(ps) + ")");
     return 0;
   }
-  if (selector % 4 == 3) run_sequence<double, 16>(in);
-  else run_sequence<float, memdecay::dynamic_page_size>(in);
+  if (selector % 4 == 3)
+    run_sequence<double, 16>(in);
+  else
+    run_sequence<float, memdecay::dynamic_page_size>(in);
   static const bool print_trace = std::getenv("MEMDECAY_FUZZ_TRACE") != nullptr;  // to see what an input does
   if (print_trace) std::fprintf(stderr, "%s", g_trace.c_str());
   return 0;

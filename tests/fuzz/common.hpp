@@ -60,8 +60,8 @@ inline void trace(const std::string& line) {
                g_trace.c_str());
   std::abort();
 }
-#define FUZZ_CHECK(cond, msg)                                                          \
-  do {                                                                                 \
+#define FUZZ_CHECK(cond, msg)                                                                          \
+  do {                                                                                                 \
     if (!(cond)) fail(std::string(#cond " -- ") + (msg) + " (line " + std::to_string(__LINE__) + ")"); \
   } while (0)
 
@@ -90,14 +90,13 @@ inline void expect(outcome got, outcome want, const std::string& call) {
   if (got != want) fail(call + ": memdecay says " + name(got) + ", the model says " + name(want));
 }
 
-
 inline std::string describe(const model_config& c) {
   auto num = [](double v) { return memdecay::detail::to_text(v); };
   std::string s = "config: alpha " + num(c.alpha) + " beta " + num(c.beta) +
                   (c.half_life ? " half_life " + num(*c.half_life) : std::string()) + " tau " + num(c.tau) +
                   " page_size " + std::to_string(c.page_size) + " normalization " + std::to_string(c.normalization) +
-                  " sink " + std::to_string(c.sink_pages) + " recent " + std::to_string(c.recent_tokens) + " budget unit " +
-                  std::to_string(static_cast<int>(c.unit)) + " high " + num(c.high) +
+                  " sink " + std::to_string(c.sink_pages) + " recent " + std::to_string(c.recent_tokens) +
+                  " budget unit " + std::to_string(static_cast<int>(c.unit)) + " high " + num(c.high) +
                   (c.low ? " low " + num(*c.low) : std::string()) + "\n  regions:";
   for (const auto& r : c.regions)
     s += " [" + r.name + " b " + num(r.base) + " l " + num(r.rate) + (r.pinned ? " pinned" : "") + "]";
@@ -124,8 +123,11 @@ inline memdecay::config to_library(const model_config& c) {
   // config_error, so the whole construction is one call for the fuzzer.
   cfg.regions = memdecay::region_table(std::move(params));
   for (const auto& o : c.overrides)
-    cfg.region_overrides.push_back(
-        {.region = o.region, .base_priority = o.base, .decay_rate = o.rate, .half_life = o.half_life, .pinned = o.pinned});
+    cfg.region_overrides.push_back({.region = o.region,
+                                    .base_priority = o.base,
+                                    .decay_rate = o.rate,
+                                    .half_life = o.half_life,
+                                    .pinned = o.pinned});
   return cfg;
 }
 /// The documented accuracy of the scorer against the scalar formula: 1e-5 * (1 + |ref|) for float, 1e-12 for

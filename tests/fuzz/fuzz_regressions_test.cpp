@@ -30,9 +30,7 @@ std::string message_of(Call&& call) {
   return "(no error)";
 }
 
-md::config user_only(md::budget_config budget) {
-  return md::config{.page_size = 16, .budget = budget};
-}
+md::config user_only(md::budget_config budget) { return md::config{.page_size = 16, .budget = budget}; }
 
 }  // namespace
 
@@ -87,8 +85,9 @@ TEST(FuzzRegression, BlockPoolAppendThatOverflowsIsRejectedChangingNothing) {
   pool.append_tokens(1, 18);
   const std::size_t max = std::numeric_limits<std::size_t>::max();
   for (std::size_t n : {max, max - 3, max - 17, max - 18 - 14}) {
-    EXPECT_NE(message_of<md::input_error>([&] { pool.append_tokens(1, n); }).find("invalid input: block pool exhausted"),
-              std::string::npos)
+    EXPECT_NE(
+        message_of<md::input_error>([&] { pool.append_tokens(1, n); }).find("invalid input: block pool exhausted"),
+        std::string::npos)
         << n;
     EXPECT_EQ(pool.num_tokens(1), 18u);
     EXPECT_EQ(pool.num_pages(1), 2u);
@@ -163,7 +162,8 @@ TEST(FuzzRegression, ManagerCommitRejectsAPageProtectedAfterSelection) {
   const std::string message = message_of<md::usage_error>([&] { (void)mgr.commit(plan, pool, md::identity_id{}); });
   EXPECT_NE(message.find("which is protected for this step"), std::string::npos) << message;
   EXPECT_THROW(mgr.commit(plan), md::usage_error);
-  EXPECT_THROW((void)mgr.commit(victim.sequence, plan.plans.at(victim.sequence), pool, md::identity_id{}), md::usage_error);
+  EXPECT_THROW((void)mgr.commit(victim.sequence, plan.plans.at(victim.sequence), pool, md::identity_id{}),
+               md::usage_error);
   EXPECT_EQ(mgr.digest(), digest);
   EXPECT_TRUE(std::equal(table.begin(), table.end(), pool.block_table(victim.sequence).begin(),
                          pool.block_table(victim.sequence).end()));

@@ -96,8 +96,8 @@ int main() {
   minimal.region_names = {"r"};
   write_bytes(td + "seed_valid_no_episodes", tr::encode(minimal));
   tr::trace_file one = minimal;
-  one.episodes.push_back({"solo", 1, {tr::segment{0, 0, 4}, tr::attention{0, 4, {{false, {}, {1, 2, 3, 4}}}},
-                                      tr::probe{1, 0, 0, 0, 4}}});
+  one.episodes.push_back(
+      {"solo", 1, {tr::segment{0, 0, 4}, tr::attention{0, 4, {{false, {}, {1, 2, 3, 4}}}}, tr::probe{1, 0, 0, 0, 4}}});
   write_bytes(td + "seed_valid_one_layer", tr::encode(one));
   write_bytes(td + "bad_truncated_header", std::vector<std::byte>(full.begin(), full.begin() + 20));
   write_bytes(td + "bad_truncated_in_attention", std::vector<std::byte>(full.begin(), full.end() - 9));

@@ -59,7 +59,8 @@ struct model_config {
   double alpha = 1.0, beta = 0.9, tau = 0.01;
   std::optional<double> half_life;
   std::size_t page_size = 16;
-  int normalization = 0;  // 0 none, 1 uniform (the modes the model scores; 2 and 3 are valid, never drawn), else invalid
+  int normalization =
+      0;  // 0 none, 1 uniform (the modes the model scores; 2 and 3 are valid, never drawn), else invalid
   std::size_t sink_pages = 0, recent_tokens = 0;
   model_budget_unit unit = model_budget_unit::unlimited;
   double high = 0.0;
@@ -99,7 +100,8 @@ inline bool model_config_valid(const model_config& c, std::vector<model_region>&
   if (!table_valid(c.regions)) return false;
   effective = c.regions;
   for (const auto& o : c.overrides) {
-    auto it = std::find_if(effective.begin(), effective.end(), [&](const model_region& r) { return r.name == o.region; });
+    auto it =
+        std::find_if(effective.begin(), effective.end(), [&](const model_region& r) { return r.name == o.region; });
     if (it == effective.end()) return false;
     if (o.rate && o.half_life) return false;
     if (o.base) it->base = *o.base;
@@ -239,10 +241,14 @@ struct model_sequence {
         if (regions[tokens[i].region].pinned) pinned = true;
         if (cfg.recent_tokens > 0 && n - i <= cfg.recent_tokens) recent = true;  // i is among the last R tokens
       }
-      if (pinned) out[p] = model_status::pinned;
-      else if (p < cfg.sink_pages) out[p] = model_status::sink;
-      else if (recent) out[p] = model_status::recent;
-      else if (page_count(p) < P) out[p] = model_status::partial;
+      if (pinned)
+        out[p] = model_status::pinned;
+      else if (p < cfg.sink_pages)
+        out[p] = model_status::sink;
+      else if (recent)
+        out[p] = model_status::recent;
+      else if (page_count(p) < P)
+        out[p] = model_status::partial;
       else if (std::find(caller_protected.begin(), caller_protected.end(), p) != caller_protected.end())
         out[p] = model_status::protected_;
     }
@@ -386,8 +392,10 @@ struct model_pool {
     }
     std::vector<std::int32_t> kept;
     for (std::size_t i = 0; i < s->blocks.size(); ++i) {
-      if (std::binary_search(pages.begin(), pages.end(), i)) free.push_back(s->blocks[i]);
-      else kept.push_back(s->blocks[i]);
+      if (std::binary_search(pages.begin(), pages.end(), i))
+        free.push_back(s->blocks[i]);
+      else
+        kept.push_back(s->blocks[i]);
     }
     s->blocks = std::move(kept);
     s->tokens -= pages.size() * P;

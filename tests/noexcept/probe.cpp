@@ -19,7 +19,10 @@ namespace md = memdecay;
 namespace {
 
 md::config small_config() {
-  return md::config{.alpha = 1.0, .tau = 2.0, .page_size = 4, .normalization = md::attention_normalization::uniform,
+  return md::config{.alpha = 1.0,
+                    .tau = 2.0,
+                    .page_size = 4,
+                    .normalization = md::attention_normalization::uniform,
                     .budget = md::budget_config::tokens(8)};
 }
 

@@ -60,7 +60,10 @@ struct rank {
 // Runs an episode on `num_ranks` ranks. `all_reduce` false: every rank uses only its own heads (the bug).
 std::vector<rank> run(int num_ranks, bool all_reduce = true) {
   std::vector<rank> ranks(static_cast<std::size_t>(num_ranks));
-  const md::config cfg{.alpha = 2.0, .tau = 2.0, .page_size = P, .normalization = md::attention_normalization::uniform,
+  const md::config cfg{.alpha = 2.0,
+                       .tau = 2.0,
+                       .page_size = P,
+                       .normalization = md::attention_normalization::uniform,
                        .protection = {.sink_pages = 1, .recent_tokens = 16},
                        .budget = md::budget_config::tokens(320, 256)};
   for (auto& r : ranks)
@@ -68,8 +71,8 @@ std::vector<rank> run(int num_ranks, bool all_reduce = true) {
       r.mgr.open(id, cfg);
       r.pool.open(id);
     }
-  static constexpr md::region_id script[] = {md::regions::system,   md::regions::user,       md::regions::scratchpad,
-                                             md::regions::tool_in,  md::regions::tool_out,   md::regions::retrieval,
+  static constexpr md::region_id script[] = {md::regions::system,     md::regions::user,     md::regions::scratchpad,
+                                             md::regions::tool_in,    md::regions::tool_out, md::regions::retrieval,
                                              md::regions::scratchpad, md::regions::tool_out, md::regions::user};
   const int shard = heads / num_ranks;
   for (md::step_t step = 1; step <= 36; ++step) {

@@ -149,8 +149,8 @@ void same_as_scalar_reference(std::uint64_t seed, md::attention_normalization mo
 void ms_score_pages(const md::sequence_view& v, const pol::memdecay<float>& p, const md::config& cfg,
                     std::vector<float>& out) {
   const md::simd::region_lut<float> lut(*v.regions);
-  md::simd::score_pages(v.labels.data(), p.last_refresh().data(), p.ewma().data(), v.kv_len(), v.page_size, v.now,
-                        lut, static_cast<float>(cfg.alpha), out.data());
+  md::simd::score_pages(v.labels.data(), p.last_refresh().data(), p.ewma().data(), v.kv_len(), v.page_size, v.now, lut,
+                        static_cast<float>(cfg.alpha), out.data());
 }
 
 }  // namespace
@@ -210,7 +210,7 @@ TEST(PolicySequence, MemDecayPolicyWithoutOnAdvanceFallsBackToThePolynomialScore
   mass[3] = 0.4f;
   seq.observe_tokens(mass);
   const pol::memdecay<float> stale = seq.policy();  // its clock stays at step 40
-  seq.advance_to(1000);                              // past a rebase (span 865 for the default regions)
+  seq.advance_to(1000);                             // past a rebase (span 865 for the default regions)
   std::vector<float> got(seq.num_pages()), poly(seq.num_pages());
   stale.page_scores(seq.view(), std::span<float>(got));
   const auto v = seq.view();

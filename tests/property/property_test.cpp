@@ -88,7 +88,8 @@ episode_result run_episode(std::uint64_t seed, bool check) {
     seq.advance_to(step);
     if (uniform(3)) {
       std::vector<Float> mass(seq.kv_len());
-      for (auto& m : mass) m = static_cast<Float>(uniform(1000)) / static_cast<Float>(1000 * mass.size()) * (uniform(8) == 0 ? 20 : 1);
+      for (auto& m : mass)
+        m = static_cast<Float>(uniform(1000)) / static_cast<Float>(1000 * mass.size()) * (uniform(8) == 0 ? 20 : 1);
       seq.observe_tokens(mass);
     }
     const auto plan = seq.select_for_budget();
@@ -98,8 +99,9 @@ episode_result run_episode(std::uint64_t seed, bool check) {
       std::vector<oracle_page> eligible;
       for (const auto& p : pages)
         if (p.eligible) eligible.push_back(p);
-      std::sort(eligible.begin(), eligible.end(),
-                [](const oracle_page& a, const oracle_page& b) { return std::tie(a.score, a.page) < std::tie(b.score, b.page); });
+      std::sort(eligible.begin(), eligible.end(), [](const oracle_page& a, const oracle_page& b) {
+        return std::tie(a.score, a.page) < std::tie(b.score, b.page);
+      });
       std::size_t wanted = 0;
       if (seq.kv_len() > marks.high) wanted = (seq.kv_len() - marks.low + P - 1) / P;
       const std::size_t k = std::min(wanted, eligible.size());

@@ -4,7 +4,9 @@
 
 namespace ms = memdecay::simd;
 
-TEST(SimdExp, FloatNativeIsaWithinTwoTenthsOfAMicroOverTheDecayRange) { simd_checks::check_exp_float<ms::native_isa>(); }
+TEST(SimdExp, FloatNativeIsaWithinTwoTenthsOfAMicroOverTheDecayRange) {
+  simd_checks::check_exp_float<ms::native_isa>();
+}
 TEST(SimdExp, FloatScalarFallback) { simd_checks::check_exp_float<ms::isa::scalar>(); }
 TEST(SimdExp, DoubleNativeIsa) { simd_checks::check_exp_double<ms::native_isa>(); }
 TEST(SimdExp, DoubleScalarFallback) { simd_checks::check_exp_double<ms::isa::scalar>(); }

@@ -128,7 +128,7 @@ void check_weights_normal(const std::vector<Float>& w, const std::string& where)
 /// A state of `tokens` random tokens, clocks at or before `now`.
 template <class Float, std::size_t PageSize>
 md::token_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
-                                                 md::step_t now, std::mt19937_64& rng) {
+                                              md::step_t now, std::mt19937_64& rng) {
   md::token_state<Float, PageSize> s(page_size);
   std::vector<md::region_span> spans;
   for (std::size_t done = 0; done < tokens;) {
@@ -326,18 +326,19 @@ double long_run(md::step_t start, std::size_t steps, std::uint64_t seed, const c
         const long double e = exact_decay(lut, s.regions()[i], s.now() - s.last_refresh()[i]);
         const long double g = out[i];
         // Flushed: weights below exp(lo) (decay < b_r * exp(lo)) and subnormal products (decay < FLT_MIN).
-        const long double flush = std::max(static_cast<long double>(std::numeric_limits<Float>::min()),
-                                           lut.base()[s.regions()[i]] * std::exp(static_cast<long double>(
-                                                                             ms::exp_constants<Float>::lo))) *
-                                  (1 + 1e-6L);
+        const long double flush =
+            std::max(static_cast<long double>(std::numeric_limits<Float>::min()),
+                     lut.base()[s.regions()[i]] * std::exp(static_cast<long double>(ms::exp_constants<Float>::lo))) *
+            (1 + 1e-6L);
         if (e >= flush) {
           const double rel = static_cast<double>(std::fabs(g - e) / e);
           // float: three roundings (f, w, the product) of exps computed in double; double: those plus the
           // rounding of the exponents to double (lambda * age * eps), as in the reference.
-          const long double age_term = std::same_as<Float, double>
-              ? -static_cast<long double>(lut.neg_rate()[s.regions()[i]]) * (s.now() - s.last_refresh()[i]) +
-                    2 * ms::expfree_limits<Float>::max_exponent
-              : 0.0L;
+          const long double age_term =
+              std::same_as<Float, double>
+                  ? -static_cast<long double>(lut.neg_rate()[s.regions()[i]]) * (s.now() - s.last_refresh()[i]) +
+                        2 * ms::expfree_limits<Float>::max_exponent
+                  : 0.0L;
           EXPECT_LE(rel, (2 + age_term) * std::numeric_limits<Float>::epsilon())
               << label << " token " << i << " step " << s.now();
           block_worst = std::max(block_worst, rel);
@@ -355,9 +356,10 @@ double long_run(md::step_t start, std::size_t steps, std::uint64_t seed, const c
                 std::same_as<Float, float> ? "float" : "double", b * per_block, (b + 1) * per_block, block_worst);
     worst = std::max(worst, block_worst);
   }
-  std::printf("[expfree long run %s %s] %zu steps, clock %u -> %u, %zu rebases, %zu token checks (+%zu below the "
-              "normal range), max relative error %.3g\n",
-              label, ms::to_string(A), steps, start, s.now(), rebases, checked, flushed, worst);
+  std::printf(
+      "[expfree long run %s %s] %zu steps, clock %u -> %u, %zu rebases, %zu token checks (+%zu below the "
+      "normal range), max relative error %.3g\n",
+      label, ms::to_string(A), steps, start, s.now(), rebases, checked, flushed, worst);
   EXPECT_GT(rebases, steps / 20);  // span 8: a rebase every 9 clock steps at least
   return worst;
 }

@@ -47,7 +47,7 @@ TEST(SimdExpfree, ClockDomainAndSpan) {
   EXPECT_EQ(def.span(), 865u);
   EXPECT_TRUE(clock_for(1.0, 5.0).usable());  // span 8
   EXPECT_EQ(clock_for(1.0, 5.0).span(), 8u);
-  EXPECT_FALSE(clock_for(1.0, 5.5).usable());   // span 7 < min_span
+  EXPECT_FALSE(clock_for(1.0, 5.5).usable());    // span 7 < min_span
   EXPECT_FALSE(clock_for(1e-25, 0.1).usable());  // f would be subnormal
   EXPECT_TRUE(clock_for(0.0, 0.1).usable());     // b = 0: no decay term at all
   EXPECT_TRUE(clock_for(L::min_base() * 1.01, 0.1).usable());

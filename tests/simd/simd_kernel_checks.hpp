@@ -75,8 +75,9 @@ void check_exp_float() {
   const long double e_pos = exp_max_rel_error<A>(pos, &worst_at);
   EXPECT_LE(e_pos, 2e-7L) << ms::to_string(A) << " worst at x = " << worst_at;
   // Exact points and the edges of the contract.
-  std::vector<float> edge = {0.0f, -0.0f, -87.31f, -100.0f, -1e30f, -std::numeric_limits<float>::infinity(),
-                             88.3f, 1000.0f, std::numeric_limits<float>::infinity()};
+  std::vector<float> edge = {0.0f,    -0.0f,   -87.31f,
+                             -100.0f, -1e30f,  -std::numeric_limits<float>::infinity(),
+                             88.3f,   1000.0f, std::numeric_limits<float>::infinity()};
   std::vector<float> out(edge.size());
   ms::exp<A, float>(edge, out);
   EXPECT_EQ(out[0], 1.0f);
@@ -118,7 +119,8 @@ inline md::region_table random_regions(std::size_t count, std::mt19937_64& rng) 
   std::vector<md::region_params> params;
   std::uniform_real_distribution<double> base(0.0, 1.0), half_life(1.0, 2000.0);
   for (std::size_t r = 0; r < count; ++r) {
-    md::region_params p{std::string("r").append(std::to_string(r)), base(rng), md::decay_rate_from_half_life(half_life(rng)), false};
+    md::region_params p{std::string("r").append(std::to_string(r)), base(rng),
+                        md::decay_rate_from_half_life(half_life(rng)), false};
     if (r % 7 == 3) p.decay_rate = 0.0;
     if (r % 11 == 5) p.base_priority = 0.0;
     params.push_back(p);
@@ -129,7 +131,7 @@ inline md::region_table random_regions(std::size_t count, std::mt19937_64& rng) 
 /// A state of `tokens` tokens with random regions (runs and singles), clocks and EWMA, at step `now`.
 template <class Float, std::size_t PageSize>
 md::token_state<Float, PageSize> random_state(std::size_t tokens, std::size_t page_size, std::size_t regions,
-                                                 md::step_t now, std::mt19937_64& rng) {
+                                              md::step_t now, std::mt19937_64& rng) {
   md::token_state<Float, PageSize> s(page_size);
   std::vector<md::region_span> spans;
   for (std::size_t done = 0; done < tokens;) {
@@ -144,9 +146,9 @@ md::token_state<Float, PageSize> random_state(std::size_t tokens, std::size_t pa
   std::uniform_real_distribution<Float> ewma(Float{0}, Float{3});
   for (std::size_t i = 0; i < tokens; ++i) {
     switch (rng() % 4) {
-      case 0: lr[i] = now; break;                                                       // just refreshed
-      case 1: lr[i] = now - static_cast<md::step_t>(rng() % 64); break;                 // recent
-      case 2: lr[i] = now - static_cast<md::step_t>(rng() % 5000); break;               // old
+      case 0: lr[i] = now; break;                                                                      // just refreshed
+      case 1: lr[i] = now - static_cast<md::step_t>(rng() % 64); break;                                // recent
+      case 2: lr[i] = now - static_cast<md::step_t>(rng() % 5000); break;                              // old
       default: lr[i] = static_cast<md::step_t>(rng() % (static_cast<std::uint64_t>(now) + 1)); break;  // any
     }
     ew[i] = rng() % 5 == 0 ? Float{0} : ewma(rng);
@@ -188,7 +190,8 @@ void check_one_state(std::size_t tokens, std::size_t page_size, const md::region
   ms::page_scores<A>(state, lut, alpha, std::span<Float>(got));
   for (std::size_t p = 0; p < pages; ++p) {
     EXPECT_NEAR(got[p], ref[p], score_tolerance(ref[p], state.tokens_in_page(p))) << where << " page " << p;
-    if (ref[p] > relative_floor<Float>()) worst = std::max(worst, static_cast<double>(std::fabs((got[p] - ref[p]) / ref[p])));
+    if (ref[p] > relative_floor<Float>())
+      worst = std::max(worst, static_cast<double>(std::fabs((got[p] - ref[p]) / ref[p])));
   }
 
   // Fused pass against reference observe + reference scores on a copy.
@@ -202,8 +205,8 @@ void check_one_state(std::size_t tokens, std::size_t page_size, const md::region
   const std::size_t ref_refreshed = md::observe_tokens_reference<Float>(
       expected.ewma_mut(), expected.last_refresh_mut(), std::span<const Float>(mass), now, obs);
   md::page_scores_reference(expected, table, alpha, std::span<Float>(ref));
-  const std::size_t refreshed = ms::observe_and_score<A>(state, std::span<const Float>(mass), obs, lut, alpha,
-                                                         std::span<Float>(got));
+  const std::size_t refreshed =
+      ms::observe_and_score<A>(state, std::span<const Float>(mass), obs, lut, alpha, std::span<Float>(got));
   EXPECT_EQ(refreshed, ref_refreshed) << where;
   for (std::size_t i = 0; i < tokens; ++i) {
     ASSERT_EQ(state.last_refresh()[i], expected.last_refresh()[i]) << where << " token " << i;
@@ -217,7 +220,8 @@ void check_one_state(std::size_t tokens, std::size_t page_size, const md::region
   }
   for (std::size_t p = 0; p < pages; ++p) {
     EXPECT_NEAR(got[p], ref[p], score_tolerance(ref[p], state.tokens_in_page(p))) << where << " fused page " << p;
-    if (ref[p] > relative_floor<Float>()) worst = std::max(worst, static_cast<double>(std::fabs((got[p] - ref[p]) / ref[p])));
+    if (ref[p] > relative_floor<Float>())
+      worst = std::max(worst, static_cast<double>(std::fabs((got[p] - ref[p]) / ref[p])));
   }
   // The fused scores are exactly those of a score-only pass over the updated state.
   std::vector<Float> again(pages);

@@ -27,8 +27,9 @@ bool scalar_definition(const std::vector<Float>& mass, Float scale) {
 template <ms::isa A, class Float>
 void sweep() {
   using lim = std::numeric_limits<Float>;
-  const std::vector<Float> bad = {lim::quiet_NaN(), lim::infinity(), -lim::infinity(), Float(-1), -lim::denorm_min(),
-                                  -lim::min(), lim::max()};  // lim::max() is bad only once scaled by > 1
+  const std::vector<Float> bad = {
+      lim::quiet_NaN(),   lim::infinity(), -lim::infinity(), Float(-1),
+      -lim::denorm_min(), -lim::min(),     lim::max()};  // lim::max() is bad only once scaled by > 1
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<Float> u(Float{0}, Float{1});
   for (std::size_t n : {0u, 1u, 3u, 15u, 16u, 17u, 33u, 100u}) {

@@ -7,7 +7,9 @@
 namespace md = memdecay;
 namespace ms = memdecay::simd;
 
-TEST(SimdScoreKernel, FloatNativeIsaMatchesReference) { simd_checks::check_scores_many_shapes<ms::native_isa, float>(); }
+TEST(SimdScoreKernel, FloatNativeIsaMatchesReference) {
+  simd_checks::check_scores_many_shapes<ms::native_isa, float>();
+}
 TEST(SimdScoreKernel, DoubleNativeIsaMatchesReference) {
   simd_checks::check_scores_many_shapes<ms::native_isa, double>();
 }

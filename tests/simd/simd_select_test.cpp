@@ -32,14 +32,17 @@ void run_all(std::uint64_t seed) {
         switch (variant) {
           case 0: scores[p] = static_cast<Float>(std::uniform_real_distribution<double>(0, 2)(rng)); break;
           case 1: scores[p] = static_cast<Float>(rng() % 7) / 4; break;  // heavy ties
-          case 2: scores[p] = Float(0.5); break;                           // all equal: ties decide everything
-          case 3: scores[p] = static_cast<Float>(P - p) / 1000; break;     // descending: the victims are at the end
+          case 2: scores[p] = Float(0.5); break;                         // all equal: ties decide everything
+          case 3: scores[p] = static_cast<Float>(P - p) / 1000; break;   // descending: the victims are at the end
           default: scores[p] = static_cast<Float>(std::uniform_real_distribution<double>(0, 1)(rng)); break;
         }
         const auto r = rng() % 10;
-        if (variant == 4) status[p] = r == 0 ? md::page_status::evictable : md::page_status::pinned;  // sparse
-        else if (r == 0) status[p] = md::page_status::pinned;
-        else if (r == 1) status[p] = md::page_status::protected_;
+        if (variant == 4)
+          status[p] = r == 0 ? md::page_status::evictable : md::page_status::pinned;  // sparse
+        else if (r == 0)
+          status[p] = md::page_status::pinned;
+        else if (r == 1)
+          status[p] = md::page_status::protected_;
       }
       for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{32}, P / 8, P / 2, P, P + 3})
         expect_same(scores, status, k, "variant");
@@ -69,7 +72,6 @@ TEST(SimdSelect, TuningDoesNotChangeTheResult) {
   std::vector<md::page_status> status(scores.size(), md::page_status::evictable);
   const auto ref = md::select_lowest_pages<float>(scores, status, 100);
   for (std::size_t sample : {1, 16, 100, 4096, 30000})
-    EXPECT_EQ((ms::select_lowest_pages_fast<float>(scores, status, 100, {.min_pages = 0, .sample_size = sample})),
-              ref)
+    EXPECT_EQ((ms::select_lowest_pages_fast<float>(scores, status, 100, {.min_pages = 0, .sample_size = sample})), ref)
         << sample;
 }

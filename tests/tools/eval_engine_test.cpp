@@ -126,8 +126,9 @@ class eval_engine_loader : public ::testing::Test {
     std::memcpy(&n, bytes.data(), 8);
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
     data.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
-    dir = fs::temp_directory_path() / ("memdecay_eval_engine_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir = fs::temp_directory_path() /
+          ("memdecay_eval_engine_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir);
   }
   void TearDown() override { fs::remove_all(dir); }
@@ -230,7 +231,9 @@ TEST_F(eval_engine_loader, rejects_a_wrong_shape) {
 
 TEST_F(eval_engine_loader, rejects_overlapping_and_out_of_range_offsets) {
   auto h = header;
-  auto size = [&](const char* t) { return h[t]["data_offsets"][1].get<std::uint64_t>() - h[t]["data_offsets"][0].get<std::uint64_t>(); };
+  auto size = [&](const char* t) {
+    return h[t]["data_offsets"][1].get<std::uint64_t>() - h[t]["data_offsets"][0].get<std::uint64_t>();
+  };
   h = header;
   const auto first = h["layers.0.norm1"]["data_offsets"][0].get<std::uint64_t>();
   h["layers.0.norm2"]["data_offsets"] = json::array({first + 4, first + 4 + size("layers.0.norm2")});
@@ -277,7 +280,8 @@ TEST(eval_engine_fixtures, full_logits_match_pytorch) {
     const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
     const auto expected = j["logits"].get<std::vector<std::vector<float>>>();
     const std::size_t V = static_cast<std::size_t>(m.config().vocab);
-    const auto ref = m.reference_forward(tokens, [](std::size_t q, std::size_t k) { return k <= q; }, true);
+    const auto ref = m.reference_forward(
+        tokens, [](std::size_t q, std::size_t k) { return k <= q; }, true);
     ASSERT_EQ(expected.size(), tokens.size());
     EXPECT_EQ(ref.logits, m.full_logits(tokens));
     float worst = 0;
@@ -285,7 +289,8 @@ TEST(eval_engine_fixtures, full_logits_match_pytorch) {
       ASSERT_EQ(expected[t].size(), V);
       const float* row = ref.logits.data() + t * V;
       for (std::size_t i = 0; i < V; ++i) worst = std::max(worst, std::abs(row[i] - expected[t][i]));
-      const auto want = static_cast<std::size_t>(std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin());
+      const auto want =
+          static_cast<std::size_t>(std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin());
       const auto got = static_cast<std::size_t>(std::max_element(row, row + V) - row);
       if (got != want) {  // a near tie in PyTorch's own logits is the only excuse
         EXPECT_LE(expected[t][want] - expected[t][got], pytorch_logit_tolerance) << "position " << t;
@@ -330,13 +335,16 @@ TEST(eval_engine_fixtures, long_context_logits_match_pytorch) {
       ASSERT_EQ(positions[k], at);
       // The last two tokens are a probe's prompt: answer() it from here, before they enter the episode.
       if (probe && at + 2 == tokens.size()) {
-        EXPECT_EQ(s.answer(std::span(tokens).last(2), 1), std::vector<std::int32_t>{j["predicted"].get<std::int32_t>()});
+        EXPECT_EQ(s.answer(std::span(tokens).last(2), 1),
+                  std::vector<std::int32_t>{j["predicted"].get<std::int32_t>()});
       }
       const auto r = s.append(std::span(tokens).subspan(at++, 1));
       ASSERT_EQ(expected[k].size(), r.last_logits.size());
-      for (std::size_t i = 0; i < r.last_logits.size(); ++i) worst = std::max(worst, std::abs(r.last_logits[i] - expected[k][i]));
+      for (std::size_t i = 0; i < r.last_logits.size(); ++i)
+        worst = std::max(worst, std::abs(r.last_logits[i] - expected[k][i]));
       const auto want = std::max_element(expected[k].begin(), expected[k].end()) - expected[k].begin();
-      last_argmax = static_cast<std::int32_t>(std::max_element(r.last_logits.begin(), r.last_logits.end()) - r.last_logits.begin());
+      last_argmax = static_cast<std::int32_t>(std::max_element(r.last_logits.begin(), r.last_logits.end()) -
+                                              r.last_logits.begin());
       if (last_argmax != want) {
         EXPECT_LE(expected[k][static_cast<std::size_t>(want)] - expected[k][static_cast<std::size_t>(last_argmax)],
                   pytorch_logit_tolerance);
@@ -411,10 +419,11 @@ struct recorder {
     }
     EXPECT_LE(worst_logit, logit_tolerance);
     EXPECT_LE(worst_mass, mass_tolerance);
-    std::printf("[ %s, page %zu ] %zu steps vs the dense reference: max logit difference %.2e, max mass difference "
-                "%.2e\n",
-                m.name().c_str(), session.page_size(), steps.size(), static_cast<double>(worst_logit),
-                static_cast<double>(worst_mass));
+    std::printf(
+        "[ %s, page %zu ] %zu steps vs the dense reference: max logit difference %.2e, max mass difference "
+        "%.2e\n",
+        m.name().c_str(), session.page_size(), steps.size(), static_cast<double>(worst_logit),
+        static_cast<double>(worst_mass));
   }
 };
 
@@ -456,7 +465,8 @@ TEST(eval_engine_session, layer_mass_matches_the_pytorch_attention_row) {
     kv_session s(m, 16, 128);
     s.append(std::span(tokens).first(tokens.size() - 1));
     const auto r = s.append(std::span(tokens).last(1));
-    const auto ref = m.reference_forward(tokens, [](std::size_t q, std::size_t k) { return k <= q; }, true);
+    const auto ref = m.reference_forward(
+        tokens, [](std::size_t q, std::size_t k) { return k <= q; }, true);
     const std::size_t n = tokens.size(), H = static_cast<std::size_t>(m.config().n_heads);
     double sum = 0;
     for (std::size_t k = 0; k < n; ++k) {
@@ -489,7 +499,8 @@ TEST(eval_engine_session, attention_after_page_removal_matches_direct_computatio
           const std::size_t full = rec.session.resident_tokens() / page;
           std::set<std::size_t> pick;
           const std::size_t want = std::max<std::size_t>(1, 24 / page);
-          while (pick.size() < std::min(want, full)) pick.insert(std::uniform_int_distribution<std::size_t>(0, full - 1)(rng));
+          while (pick.size() < std::min(want, full))
+            pick.insert(std::uniform_int_distribution<std::size_t>(0, full - 1)(rng));
           const std::vector<std::size_t> pages(pick.begin(), pick.end());
           pool.remove_pages(rec.session.sequence(), pages);
           removed += pages.size() * page;

@@ -42,7 +42,13 @@ json test_vocab() {
           {"bos", 1},
           {"query", 2},
           {"region_markers",
-           {{"system", 8}, {"plan", 9}, {"user", 10}, {"tool_in", 11}, {"tool_out", 12}, {"retrieval", 13}, {"scratchpad", 14}}},
+           {{"system", 8},
+            {"plan", 9},
+            {"user", 10},
+            {"tool_in", 11},
+            {"tool_out", 12},
+            {"retrieval", 13},
+            {"scratchpad", 14}}},
           {"key_first", 32},
           {"key_count", 160},
           {"value_first", 192},
@@ -70,10 +76,14 @@ json make_episode(std::uint64_t seed, std::uint32_t scale = 1) {
     bool generated;
     int facts;
   };
-  const seg_def defs[] = {{"system", 8, 40, false, 2},      {"user", 10, 36 * scale, false, 1},
-                          {"plan", 9, 12, true, 1},         {"tool_out", 12, 70 * scale, false, 2},
-                          {"scratchpad", 14, 16, true, 1},  {"retrieval", 13, 50 * scale, false, 2},
-                          {"tool_in", 11, 9, true, 1},      {"user", 10, 40 * scale, false, 1},
+  const seg_def defs[] = {{"system", 8, 40, false, 2},
+                          {"user", 10, 36 * scale, false, 1},
+                          {"plan", 9, 12, true, 1},
+                          {"tool_out", 12, 70 * scale, false, 2},
+                          {"scratchpad", 14, 16, true, 1},
+                          {"retrieval", 13, 50 * scale, false, 2},
+                          {"tool_in", 11, 9, true, 1},
+                          {"user", 10, 40 * scale, false, 1},
                           {"tool_out", 12, 60 * scale, false, 1}};
   std::vector<int> tokens;
   json segments = json::array(), facts = json::array();
@@ -87,8 +97,8 @@ json make_episode(std::uint64_t seed, std::uint32_t scale = 1) {
     // facts at distinct offsets (key, value) with a gap between them
     const std::size_t slots = body.size() / 4;
     for (int f = 0; f < d.facts && slots > 0; ++f) {
-      const std::size_t at = (static_cast<std::size_t>(f) * slots / static_cast<std::size_t>(d.facts)) * 4 +
-                             rng.next(2);
+      const std::size_t at =
+          (static_cast<std::size_t>(f) * slots / static_cast<std::size_t>(d.facts)) * 4 + rng.next(2);
       if (at + 1 >= body.size()) continue;
       int key = 0;
       do key = 32 + static_cast<int>(rng.next(160));
@@ -98,7 +108,11 @@ json make_episode(std::uint64_t seed, std::uint32_t scale = 1) {
       body[at] = key;
       body[at + 1] = value;
       const auto pos = static_cast<std::uint32_t>(tokens.size() + at);
-      facts.push_back({{"key", key}, {"answer", value}, {"region", d.region}, {"fact_first", pos}, {"fact_length", 2},
+      facts.push_back({{"key", key},
+                       {"answer", value},
+                       {"region", d.region},
+                       {"fact_first", pos},
+                       {"fact_length", 2},
                        {"planted_at", pos + 2}});
     }
     tokens.insert(tokens.end(), body.begin(), body.end());
@@ -124,8 +138,8 @@ json make_episode(std::uint64_t seed, std::uint32_t scale = 1) {
 json make_file(int episodes, std::uint32_t scale = 1, int tier = 450) {
   json eps = json::array();
   for (int e = 0; e < episodes; ++e) eps.push_back(make_episode(static_cast<std::uint64_t>(e + 1), scale));
-  return {{"format", "memdecay-episodes"}, {"version", 1},        {"tier", tier},
-          {"seed", 1000},                  {"vocab_layout", test_vocab()}, {"episodes", eps}};
+  return {{"format", "memdecay-episodes"}, {"version", 1},   {"tier", tier}, {"seed", 1000},
+          {"vocab_layout", test_vocab()},  {"episodes", eps}};
 }
 
 // --- the fake session --------------------------------------------------------------------------------------------
@@ -144,8 +158,12 @@ class fake_session {
 
   fake_session(const fake_model& m, std::size_t page_size, std::size_t max_tokens,
                std::vector<std::size_t>* answer_log = nullptr)
-      : model_(&m), page_(page_size), pool_(max_tokens / page_size + 2, page_size),
-        token_(pool_.capacity() * page_size), position_(pool_.capacity() * page_size), answer_log_(answer_log) {
+      : model_(&m),
+        page_(page_size),
+        pool_(max_tokens / page_size + 2, page_size),
+        token_(pool_.capacity() * page_size),
+        position_(pool_.capacity() * page_size),
+        answer_log_(answer_log) {
     pool_.open(seq_);
   }
 
@@ -169,7 +187,8 @@ class fake_session {
       const bool fact = t >= 32 && t < 256;
       const bool recent = position_[res[i]] + 8 >= appended_;
       r.layer_mass[0][i] = 1.0f;
-      r.layer_mass[1][i] = 1.0f + (fact ? 4.0f : 0.0f) + (recent ? 8.0f : 0.0f) + static_cast<float>((t * 7 + appends_) % 5);
+      r.layer_mass[1][i] =
+          1.0f + (fact ? 4.0f : 0.0f) + (recent ? 8.0f : 0.0f) + static_cast<float>((t * 7 + appends_) % 5);
       s0 += r.layer_mass[0][i];
       s1 += r.layer_mass[1][i];
     }
@@ -288,51 +307,66 @@ TEST(EvalEpisodes, RejectsBadFilesWithThePathAndTheRule) {
   auto& p0 = good["episodes"][0]["probes"][0];
   const std::uint32_t fact_first = p0["fact_first"];
   EXPECT_EQ(rejection(good), "accepted");
-  EXPECT_NE(with([](json& j) { j["format"] = "memdecay-trace"; }).find("format: 'memdecay-trace' (must be"), std::string::npos);
+  EXPECT_NE(with([](json& j) { j["format"] = "memdecay-trace"; }).find("format: 'memdecay-trace' (must be"),
+            std::string::npos);
   EXPECT_NE(with([](json& j) { j["version"] = 2; }).find("version: unsupported version 2"), std::string::npos);
   EXPECT_NE(with([](json& j) { j.erase("tier"); }).find("missing field 'tier'"), std::string::npos);
   EXPECT_NE(with([](json& j) { j["episodes"] = json::array(); }).find("episodes: is empty"), std::string::npos);
-  EXPECT_NE(with([](json& j) { j["vocab_layout"]["region_markers"]["memory"] = 15; })
-                .find("vocab_layout.region_markers.memory: is not a memdecay region"),
+  EXPECT_NE(with([](json& j) {
+              j["vocab_layout"]["region_markers"]["memory"] = 15;
+            }).find("vocab_layout.region_markers.memory: is not a memdecay region"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["tokens"][5] = 512; })
-                .find("episodes[0].tokens[5]: 512 is not a token id in [0, 512)"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["tokens"][5] = 512;
+            }).find("episodes[0].tokens[5]: 512 is not a token id in [0, 512)"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["tokens"][3] = "x"; }).find("episodes[0].tokens[3]"), std::string::npos);
+  EXPECT_NE(with([](json& j) { j["episodes"][0]["tokens"][3] = "x"; }).find("episodes[0].tokens[3]"),
+            std::string::npos);
   EXPECT_NE(with([](json& j) { j["episodes"][0]["tokens"][0] = 8; }).find("tokens[0]: 8 is not BOS (1)"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["segments"][1]["first"] = 41; })
-                .find("episodes[0].segments[1].first: 41 (segments must be contiguous: expected 40)"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["segments"][1]["first"] = 41;
+            }).find("episodes[0].segments[1].first: 41 (segments must be contiguous: expected 40)"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["segments"][1]["region"] = "plan"; })
-                .find("episodes[0].segments[1]: does not start with the 'plan' marker token 9"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["segments"][1]["region"] = "plan";
+            }).find("episodes[0].segments[1]: does not start with the 'plan' marker token 9"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["segments"][1]["region"] = "memory"; })
-                .find("segments[1].region: 'memory' is not a memdecay region"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["segments"][1]["region"] = "memory";
+            }).find("segments[1].region: 'memory' is not a memdecay region"),
             std::string::npos);
   EXPECT_NE(with([](json& j) { j["episodes"][0]["segments"].erase(8); }).find("episodes[0].segments: cover"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["segments"][0]["generated"] = 1; })
-                .find("segments[0].generated: 1 is not true or false"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["segments"][0]["generated"] = 1;
+            }).find("segments[0].generated: 1 is not true or false"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["at"] = 0; })
-                .find("episodes[0].probes[0].at: 0 (must be in [1, "),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["probes"][0]["at"] = 0;
+            }).find("episodes[0].probes[0].at: 0 (must be in [1, "),
             std::string::npos);
   EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["at"] = 100000; }).find("probes[0].at: 100000"),
             std::string::npos);
-  EXPECT_NE(with([&](json& j) { j["episodes"][0]["probes"][0]["at"] = fact_first + 1; })
-                .find("is before the fact was planted"),
+  EXPECT_NE(with([&](json& j) {
+              j["episodes"][0]["probes"][0]["at"] = fact_first + 1;
+            }).find("is before the fact was planted"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["planted_at"] = 3; })
-                .find("probes[0].planted_at: 3 (must be fact_first + fact_length"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["probes"][0]["planted_at"] = 3;
+            }).find("probes[0].planted_at: 3 (must be fact_first + fact_length"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["region"] = "user"; })
-                .find("is not inside one segment of region 'user'"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["probes"][0]["region"] = "user";
+            }).find("is not inside one segment of region 'user'"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["key"] = 191; }).find("probes[0].key: 191 is not the fact's first token"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["probes"][0]["key"] = 191;
+            }).find("probes[0].key: 191 is not the fact's first token"),
             std::string::npos);
-  EXPECT_NE(with([](json& j) { j["episodes"][0]["probes"][0]["answer"] = 255; })
-                .find("probes[0].answer: 255 is not the fact's last token"),
+  EXPECT_NE(with([](json& j) {
+              j["episodes"][0]["probes"][0]["answer"] = 255;
+            }).find("probes[0].answer: 255 is not the fact's last token"),
             std::string::npos);
   try {
     (void)ev::parse_episodes(std::string("{\"format\": "), "t.json");
@@ -437,7 +471,8 @@ TEST(EvalHarness, CallsAppendObserveAdvanceCommitInOrderAndAsksProbesAtTheirPoin
   // The session answered each probe after exactly `at` tokens.
   std::vector<std::size_t> ats;
   for (const auto& p : ep.probes) ats.push_back(p.at);
-  std::vector<std::size_t> policy_run_answers(answers_at.end() - static_cast<std::ptrdiff_t>(ats.size()), answers_at.end());
+  std::vector<std::size_t> policy_run_answers(answers_at.end() - static_cast<std::ptrdiff_t>(ats.size()),
+                                              answers_at.end());
   EXPECT_EQ(policy_run_answers, ats);
   EXPECT_EQ(policy_probe_points, ats);
   EXPECT_EQ(r[0].cells[0].regions[md::regions::system].probes, 5u);  // 2 facts x 2 + the probe at the end
@@ -488,9 +523,9 @@ TEST(EvalHarness, BudgetsHoldForEveryPolicyAndPinnedOverflowIsReported) {
 TEST(EvalHarness, ResultsDoNotDependOnThreadsOrForking) {
   const auto f = ev::parse_episodes(make_file(5), "t.json");
   ev::eval_settings s;
-  const std::vector<ev::config_spec> configs{named("memdecay-none", 16, s), named("memdecay-uniform", 1, s),
+  const std::vector<ev::config_spec> configs{named("memdecay-none", 16, s),   named("memdecay-uniform", 1, s),
                                              named("memdecay-zscore", 16, s), named("h2o", 16, s),
-                                             named("streaming_llm", 16, s), named("random", 1, s),
+                                             named("streaming_llm", 16, s),   named("random", 1, s),
                                              named("snapkv", 16, s)};
   const auto one = run(f, configs, s, 1);
   const auto three = run(f, configs, s, 3);
@@ -687,7 +722,8 @@ TEST(EvalOracle, IsNeverBeatenOnSurvivalAndMatchesItsOwnPlan) {
       EXPECT_EQ(best.budget_violations, 0u);
       for (std::size_t c = 0; c + 1 < configs.size(); ++c)
         for (std::size_t e = 0; e < r[0].episodes.size(); ++e) {
-          SCOPED_TRACE(configs[c].label() + " budget " + std::to_string(s.budgets[b]) + " episode " + std::to_string(e));
+          SCOPED_TRACE(configs[c].label() + " budget " + std::to_string(s.budgets[b]) + " episode " +
+                       std::to_string(e));
           EXPECT_GE(r[0].episodes[e].cells[oracle * s.budgets.size() + b].total().survived,
                     r[0].episodes[e].cells[c * s.budgets.size() + b].total().survived);
         }
@@ -717,8 +753,13 @@ TEST(EvalHarness, RunsAForeignEpisodeFileWrittenFromTheSchemaAlone) {
     std::uint32_t k = 0;
     while (tokens.size() < first + length) {
       if (k < facts.size() && tokens.size() + 2 <= first + length) {
-        probes.push_back({{"at", 0}, {"key", facts[k]}, {"answer", 192 + k}, {"region", region},
-                          {"fact_first", tokens.size()}, {"fact_length", 2}, {"planted_at", tokens.size() + 2}});
+        probes.push_back({{"at", 0},
+                          {"key", facts[k]},
+                          {"answer", 192 + k},
+                          {"region", region},
+                          {"fact_first", tokens.size()},
+                          {"fact_length", 2},
+                          {"planted_at", tokens.size() + 2}});
         tokens.push_back(facts[k]);
         tokens.push_back(192 + static_cast<int>(k));
         ++k;
@@ -726,8 +767,8 @@ TEST(EvalHarness, RunsAForeignEpisodeFileWrittenFromTheSchemaAlone) {
         tokens.push_back(300 + static_cast<int>(tokens.size() % 100));
       }
     }
-    segments.push_back({{"region", region}, {"first", first}, {"length", length}, {"generated", generated},
-                        {"note", "ignored"}});
+    segments.push_back(
+        {{"region", region}, {"first", first}, {"length", length}, {"generated", generated}, {"note", "ignored"}});
   };
   segment("system", 8, false, 24, {40});
   segment("retrieval", 13, false, 80, {41, 42});
@@ -741,8 +782,13 @@ TEST(EvalHarness, RunsAForeignEpisodeFileWrittenFromTheSchemaAlone) {
   segment("user", 10, false, 40, {45});
   for (auto& p : probes) p["at"] = tokens.size();
   ep = {{"tokens", tokens}, {"segments", segments}, {"probes", probes}, {"author", "someone else"}};
-  const json file{{"format", "memdecay-episodes"}, {"version", 1}, {"tier", 264}, {"seed", 7},
-                  {"vocab_layout", test_vocab()}, {"episodes", json::array({ep, ep})}, {"generator", "hand-written"}};
+  const json file{{"format", "memdecay-episodes"},
+                  {"version", 1},
+                  {"tier", 264},
+                  {"seed", 7},
+                  {"vocab_layout", test_vocab()},
+                  {"episodes", json::array({ep, ep})},
+                  {"generator", "hand-written"}};
   const auto path = std::filesystem::temp_directory_path() / "memdecay-foreign-episodes.json";
   std::ofstream(path) << file.dump();
   const auto f = ev::read_episodes(path);

@@ -135,7 +135,8 @@ TEST(Replay, TinyTraceMatchesTheHandComputation) {
 }
 
 TEST(Replay, FullBudgetEvictsNothing) {
-  const auto cell = rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::none), 1.0, tiny_settings());
+  const auto cell =
+      rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::none), 1.0, tiny_settings());
   EXPECT_EQ(cell.survived, 5u);
   EXPECT_EQ(cell.evicted_pages, 0u);
   EXPECT_EQ(cell.lost_mass, 0.0);
@@ -172,7 +173,8 @@ TEST(Replay, RegionNamesMustMatchThePolicyTable) {
 
 TEST(Replay, FileRoundTripGivesTheSameNumbers) {
   const auto generated = tr::generate_tier(tr::tier_config(450, 2), 40);
-  const auto path = std::filesystem::temp_directory_path() / ("memdecay_replay_test_" + std::to_string(::getpid()) + ".mdtrace");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("memdecay_replay_test_" + std::to_string(::getpid()) + ".mdtrace");
   tr::write_file(path, generated);
   const auto read = tr::read_file(path);
   std::filesystem::remove(path);
@@ -199,9 +201,9 @@ TEST(Replay, EveryPolicyKeepsEverythingAtFullBudgetAndThePinnedSetAlways) {
   const auto policies = rp::all_policies({}, s.protection);
   std::vector<std::string> names;
   for (const auto& p : policies) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"memdecay-none", "memdecay-uniform", "memdecay-lifetime", "memdecay-zscore",
-                                             "random", "streaming_llm", "h2o", "tova", "scissorhands", "norm_sum",
-                                             "priority_lru", "snapkv"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"memdecay-none", "memdecay-uniform", "memdecay-lifetime",
+                                             "memdecay-zscore", "random", "streaming_llm", "h2o", "tova",
+                                             "scissorhands", "norm_sum", "priority_lru", "snapkv"}));
   for (const auto& p : policies) {
     SCOPED_TRACE(p.name);
     const auto full = rp::replay_tier(tier, p, 1.0, s);
@@ -249,10 +251,11 @@ TEST(Replay, MemDecayBehindThePolicyInterfaceLogsItsTerms) {
   // (0.8 + 0: never observed), so the user page goes. Survival is still 3 of 5 (probe 3 lives, probe 4 is lost);
   // the step-5 row then loses its 0.75 on positions 12-15: attention loss (0.2 + 0.75) / 2 = 0.475.
   std::vector<logged> log;
-  const auto cell = rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::lifetime), 0.5,
-                                    tiny_settings(), [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
-                                      log.push_back({ctx.step, e});
-                                    });
+  const auto cell =
+      rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::lifetime), 0.5, tiny_settings(),
+                      [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
+                        log.push_back({ctx.step, e});
+                      });
   EXPECT_EQ(cell.survived, 3u);
   EXPECT_EQ(cell.regions[md::regions::tool_out].survived, 2u);
   EXPECT_EQ(cell.regions[md::regions::user].survived, 0u);

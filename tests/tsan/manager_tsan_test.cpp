@@ -65,7 +65,8 @@ std::uint64_t run(bool threaded, bool race = false) {
         feed(mgr.at(0), 0, step);  // every thread on sequence 0: a data race
         return;
       }
-      for (std::uint64_t id = static_cast<std::uint64_t>(t); id < sequences; id += threads) feed(mgr.at(id * 10), id, step);
+      for (std::uint64_t id = static_cast<std::uint64_t>(t); id < sequences; id += threads)
+        feed(mgr.at(id * 10), id, step);
     };
     if (threaded) {
       std::vector<std::jthread> pool;

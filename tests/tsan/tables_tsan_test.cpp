@@ -75,7 +75,8 @@ std::uint64_t block_pools(bool threaded) {
   std::vector<md::block_pool<>> pools;
   for (int t = 0; t < threads; ++t) pools.emplace_back(256, 4);
   std::vector<std::uint64_t> digests(threads);
-  spread(threaded, [&](int t) { digests[static_cast<std::size_t>(t)] = pool_work(pools[static_cast<std::size_t>(t)], t); });
+  spread(threaded,
+         [&](int t) { digests[static_cast<std::size_t>(t)] = pool_work(pools[static_cast<std::size_t>(t)], t); });
   // Every thread reads pool 0 at once (const members only).
   const md::block_pool<>& shared = pools[0];
   std::vector<std::uint64_t> seen(threads);
@@ -154,9 +155,10 @@ std::uint64_t row_views(bool threaded) {
   std::vector<std::uint64_t> digests(threads);
   spread(threaded, [&](int t) {
     const auto r = static_cast<std::size_t>(t);
-    auto vllm = md::vllm_block_table::row(std::span(block_ids).subspan(r * blocks_per_row, blocks_per_row), num_blocks[r],
-                                          4, block_ids.size());
-    auto sglang = md::sglang_req_to_token::row(std::span(slots).subspan(r * context, context), seq_lens[r], 4, slots.size());
+    auto vllm = md::vllm_block_table::row(std::span(block_ids).subspan(r * blocks_per_row, blocks_per_row),
+                                          num_blocks[r], 4, block_ids.size());
+    auto sglang =
+        md::sglang_req_to_token::row(std::span(slots).subspan(r * context, context), seq_lens[r], 4, slots.size());
     md::detail::fnv1a64 h;
     for (int round = 0; round < 3; ++round) {
       const std::vector<std::size_t> victims{static_cast<std::size_t>((t + round) % 3)};
@@ -171,7 +173,9 @@ std::uint64_t row_views(bool threaded) {
   const md::sglang_req_to_token sglang(slots, seq_lens, context, 4, slots.size());
   md::detail::fnv1a64 h;
   for (std::size_t r = 0; r < threads; ++r) {
-    h.add(digests[r]).add(static_cast<std::uint64_t>(vllm.num_pages(r))).add(static_cast<std::uint64_t>(sglang.seq_len(r)));
+    h.add(digests[r])
+        .add(static_cast<std::uint64_t>(vllm.num_pages(r)))
+        .add(static_cast<std::uint64_t>(sglang.seq_len(r)));
     for (auto id : vllm.row_blocks(r)) h.add(static_cast<std::uint64_t>(id));
   }
   return h.value();
@@ -208,8 +212,9 @@ int main(int argc, char** argv) {
   if (pools[0] != pools[1]) fail("block_pool: the threaded run differs from the serial one");
   if (csr[0] != csr[1]) fail("flashinfer_csr: the threaded run differs from the serial one");
   if (rows[0] != rows[1]) fail("vllm / sglang row views: the threaded run differs from the serial one");
-  std::printf("tables_tsan_test: OK: %d threads; block_pool, flashinfer_csr, vllm and sglang row views give the "
-              "serial results\n",
-              threads);
+  std::printf(
+      "tables_tsan_test: OK: %d threads; block_pool, flashinfer_csr, vllm and sglang row views give the "
+      "serial results\n",
+      threads);
   return 0;
 }

@@ -50,7 +50,8 @@ TEST(FlashInferCsr, RemovingPagesCompactsIndicesShiftsIndptrAndKeepsLastPageLen)
   const auto removed = csr.remove_pages(0, victims);
   EXPECT_EQ(removed, (std::vector<std::int32_t>{40, 42}));
   EXPECT_EQ(b.indptr, (std::vector<std::int32_t>{0, 2, 4, 7}));
-  EXPECT_EQ(std::vector(b.indices.begin(), b.indices.begin() + 7), (std::vector<std::int32_t>{41, 43, 50, 51, 60, 61, 62}));
+  EXPECT_EQ(std::vector(b.indices.begin(), b.indices.begin() + 7),
+            (std::vector<std::int32_t>{41, 43, 50, 51, 60, 61, 62}));
   EXPECT_EQ(b.last_page_len, (std::vector<std::int32_t>{5, 16, 1}));
   EXPECT_EQ(csr.kv_len(0), P + 5);
   EXPECT_EQ(csr.kv_len(2), 2 * P + 1);

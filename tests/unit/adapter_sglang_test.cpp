@@ -46,7 +46,8 @@ TEST(SglangReqToToken, RemovingPagesShiftsTheRowAndReturnsMergedSlotRanges) {
   const auto freed = view.remove_pages(0, victims);
   EXPECT_EQ(freed, (std::vector<md::slot_range>{{100, 108}}));
   EXPECT_EQ(p.lens[0], 6);
-  EXPECT_EQ(std::vector(p.slots.begin(), p.slots.begin() + 6), (std::vector<std::int32_t>{108, 109, 110, 111, 112, 113}));
+  EXPECT_EQ(std::vector(p.slots.begin(), p.slots.begin() + 6),
+            (std::vector<std::int32_t>{108, 109, 110, 111, 112, 113}));
   EXPECT_EQ(p.lens[1], 8);
 }
 

@@ -16,9 +16,9 @@ constexpr std::size_t P = 16;
 constexpr std::size_t stride = 6;
 
 struct table {
-  std::vector<std::int32_t> blocks{7, 8, 9, 10, 0, 0,  //
-                                   20, 21, 0, 0, 0, 0,  //
-                                   7, 30, 31, 0, 0, 0};  // row 2 shares block 7 with row 0 (a prefix-cache hit)
+  std::vector<std::int32_t> blocks{7,  8,  9,  10, 0, 0,   //
+                                   20, 21, 0,  0,  0, 0,   //
+                                   7,  30, 31, 0,  0, 0};  // row 2 shares block 7 with row 0 (a prefix-cache hit)
   std::vector<std::int32_t> counts{4, 2, 3};
   md::vllm_block_table view() { return md::vllm_block_table(blocks, counts, stride, P, 40); }
   auto arrays() const { return std::make_pair(blocks, counts); }

@@ -77,7 +77,8 @@ cal::calibration sample() {
 }
 
 std::filesystem::path temp_path(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("memdecay_calibration_file_test_" + std::to_string(getpid()) + "_" + name);
+  return std::filesystem::temp_directory_path() /
+         ("memdecay_calibration_file_test_" + std::to_string(getpid()) + "_" + name);
 }
 
 TEST(CalibrationFile, RoundTripsThroughTextAndFile) {
@@ -107,8 +108,8 @@ TEST(CalibrationFile, LoadsIntoARegionTableAndAConfig) {
   EXPECT_DOUBLE_EQ(table.decay_rate(md::regions::tool_out), std::numbers::ln2 / 37.5);
   EXPECT_DOUBLE_EQ(table[md::regions::tool_out].half_life(), 37.5);
   EXPECT_DOUBLE_EQ(table[md::regions::scratchpad].half_life(), 14.25);
-  for (md::region_id r : {md::regions::system, md::regions::plan, md::regions::user, md::regions::tool_in,
-                          md::regions::retrieval}) {
+  for (md::region_id r :
+       {md::regions::system, md::regions::plan, md::regions::user, md::regions::tool_in, md::regions::retrieval}) {
     EXPECT_EQ(table.decay_rate(r), defaults.decay_rate(r)) << "uncalibrated region " << int{r} << " keeps its default";
     EXPECT_EQ(table.pinned(r), defaults.pinned(r));
   }
@@ -140,7 +141,8 @@ TEST(CalibrationFile, LoadsIntoARegionTableAndAConfig) {
     (void)foreign.apply(defaults);
     FAIL();
   } catch (const md::config_error& e) {
-    EXPECT_NE(std::string(e.what()).find("calibration region 'preamble' is not in the region table"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("calibration region 'preamble' is not in the region table"),
+              std::string::npos);
   }
 }
 
@@ -172,7 +174,7 @@ TEST(CalibrationFile, DocumentationExampleRuns) {
     // The generator's half-lives are attention fades: the excess-decay estimator's quantity (the default estimator,
     // refresh intervals, is for recorded traces; docs/calibration.md).
     cal::calibration c = cal::estimate(traces, {.method = cal::estimator_method::excess_decay});
-    cal::write_file(file, c);                                // validates first
+    cal::write_file(file, c);  // validates first
 
     auto loaded = cal::read_file(file);  // config_error naming the field on a bad file
     memdecay::region_table table = loaded.apply(memdecay::default_region_table());
@@ -203,8 +205,7 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
   expect_rejected([](json& j) { j["tua"] = 2; }, "tua: unknown key (known: format version normalization");
   expect_rejected([](json& j) { j["alpha"] = "1"; }, "alpha: a string \"1\" (must be a number)");
   expect_rejected([](json& j) { j["alpha"] = -0.5; }, "alpha: -0.5 (must be >= 0)");
-  expect_rejected([](json& j) { j["normalization"] = "softmax"; },
-                  "normalization: 'softmax' (known: none uniform");
+  expect_rejected([](json& j) { j["normalization"] = "softmax"; }, "normalization: 'softmax' (known: none uniform");
   expect_rejected([](json& j) { j["regions"] = json::array(); }, "regions: has 0 entries (must be 1 to 256)");
   expect_rejected([](json& j) { j["regions"][1] = 7; }, "regions[1]: a number (must be an object)");
   expect_rejected([](json& j) { j["regions"][1]["name"] = "system"; },
@@ -214,15 +215,19 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
                   "regions[2].decay_rate: -0.01 (must be finite and >= 0)");
   expect_rejected([](json& j) { j["regions"][2]["base_priority"] = -1; },
                   "regions[2].base_priority: -1 (must be finite and >= 0)");
-  expect_rejected([](json& j) { j["regions"][2]["half_life"] = 81.0; }, "regions[2].half_life: 81 disagrees with decay_rate");
+  expect_rejected([](json& j) { j["regions"][2]["half_life"] = 81.0; },
+                  "regions[2].half_life: 81 disagrees with decay_rate");
   expect_rejected([](json& j) { j["regions"][2]["fit"]["status"] = "maybe"; },
                   "regions[2].fit.status: 'maybe' (must be calibrated or uncalibrated)");
   expect_rejected([](json& j) { j["regions"][2]["fit"].erase("reason"); },
                   "regions[2] ('user'): is uncalibrated without a reason");
   expect_rejected([](json& j) { j["regions"][4]["fit"]["half_life_ci"] = nullptr; },
                   "regions[4] ('tool_out'): a calibrated fit needs half_life_ci");
-  expect_rejected([](json& j) { j["regions"][4]["fit"]["half_life_ci"] = {40.0, 50.0}; },
-                  "regions[4] ('tool_out'): half_life_ci = [40, 50] (must be finite, > 0 and contain half_life = 37.5)");
+  expect_rejected(
+      [](json& j) {
+        j["regions"][4]["fit"]["half_life_ci"] = {40.0, 50.0};
+      },
+      "regions[4] ('tool_out'): half_life_ci = [40, 50] (must be finite, > 0 and contain half_life = 37.5)");
   expect_rejected([](json& j) { j["regions"][4]["fit"]["half_life_ci"] = {40.0}; },
                   "regions[4].fit.half_life_ci: has 1 entries (must be [lower, upper])");
   expect_rejected([](json& j) { j["regions"][4]["fit"]["half_life_ci"][1] = "x"; },
@@ -244,8 +249,9 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
   expect_rejected([](json& j) { j["provenance"]["traces"][0]["layers"] = 0; },
                   "provenance.traces[0].layers: 0 (must be in [1, 4096])");
   expect_rejected([](json& j) { j["provenance"]["model"] = 3; }, "provenance.model: a number 3 (must be a string)");
-  expect_rejected([](json& j) { j["estimator"]["method"] = "ols"; },
-                  "estimator.method: 'ols' (this reader knows 'refresh-interval-mle-jackknife' and 'wls-excess-decay-jackknife')");
+  expect_rejected(
+      [](json& j) { j["estimator"]["method"] = "ols"; },
+      "estimator.method: 'ols' (this reader knows 'refresh-interval-mle-jackknife' and 'wls-excess-decay-jackknife')");
   expect_rejected([](json& j) { j["estimator"]["passes"] = 0; }, "estimator: passes = 0 (must be in [1, 64])");
   expect_rejected([](json& j) { j["estimator"]["sink_positions"] = 5000000000ULL; },
                   "estimator.sink_positions: 5000000000 (at most 4294967295)");

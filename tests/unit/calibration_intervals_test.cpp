@@ -220,7 +220,8 @@ TEST(CalibrationIntervals, OptionErrorsNameTheField) {
     }
   };
   expect_error({.refresh_threshold = 0.0}, "refresh_threshold = 0 (must be finite and > 0)");
-  expect_error({.refresh_threshold = 10.0, .rearm_threshold = 20.0}, "rearm_threshold = 20 (must be > 0 and <= refresh_threshold = 10)");
+  expect_error({.refresh_threshold = 10.0, .rearm_threshold = 20.0},
+               "rearm_threshold = 20 (must be > 0 and <= refresh_threshold = 10)");
   expect_error({.min_intervals = 1}, "min_intervals = 1 (at least 2)");
   expect_error({.method = static_cast<cal::estimator_method>(7)}, "method = 7 (unknown estimator)");
 }

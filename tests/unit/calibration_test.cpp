@@ -119,12 +119,14 @@ TEST(Calibration, ExactExponentialTraceIsFittedClosely) {
       std::vector<float> row(label.size());
       double sum = 0;
       for (std::size_t j = 0; j < row.size(); ++j) {
-        const double w = floor[label[j]] + amp[label[j]] * std::exp2(-static_cast<double>(t - arrival[j]) / h[label[j]]);
+        const double w =
+            floor[label[j]] + amp[label[j]] * std::exp2(-static_cast<double>(t - arrival[j]) / h[label[j]]);
         row[j] = static_cast<float>(w);
         sum += w;
       }
       for (auto& m : row) m = static_cast<float>(m / sum);
-      ep.events.emplace_back(tr::attention{t, static_cast<std::uint32_t>(row.size()), {tr::attention_row{false, {}, row}}});
+      ep.events.emplace_back(
+          tr::attention{t, static_cast<std::uint32_t>(row.size()), {tr::attention_row{false, {}, row}}});
     }
     f.episodes.push_back(std::move(ep));
   }
@@ -231,7 +233,8 @@ TEST(Calibration, InputAndOptionErrors) {
   expect_option_error({.passes = 0}, "passes = 0");
   expect_option_error({.jackknife_groups = 1}, "jackknife_groups = 1");
   expect_option_error({.max_age_bins = 2}, "max_age_bins = 2");
-  EXPECT_THROW((void)cal::estimate(std::vector{good}, {}, md::default_region_table(), {.alpha = -1.0}), md::config_error);
+  EXPECT_THROW((void)cal::estimate(std::vector{good}, {}, md::default_region_table(), {.alpha = -1.0}),
+               md::config_error);
   // A valid trace whose run-length segment claims billions of tokens is refused before anything is expanded.
   tr::trace_file huge;
   huge.label = "huge";

@@ -58,7 +58,8 @@ TEST(Config, EachInvalidFieldIsNamedWithItsValue) {
   expect_rejected(md::config{.budget = md::budget_config::tokens(10.5)}, "whole numbers");
   expect_rejected(md::config{.budget = md::budget_config::ratio(1.5)}, "ratio must be in (0, 1]");
   expect_rejected(md::config{.budget = md::budget_config::ratio(0.0)}, "ratio must be in (0, 1]");
-  expect_rejected(md::config{.region_overrides = {{.region = "sytem", .pinned = false}}}, "unknown region name 'sytem'");
+  expect_rejected(md::config{.region_overrides = {{.region = "sytem", .pinned = false}}},
+                  "unknown region name 'sytem'");
   expect_rejected(md::config{.protection = {.recent_fraction = 1.5}}, "protection.recent_fraction = 1.5");
   expect_rejected(md::config{.protection = {.recent_fraction = -0.1}}, "protection.recent_fraction = -0.1");
   expect_rejected(md::config{.protection = {.recent_fraction = NAN}}, "protection.recent_fraction = nan");
@@ -68,10 +69,10 @@ TEST(Config, RecentFractionWidensTheRecentWindowWithTheBudget) {
   md::config cfg{.protection = {.recent_tokens = 16, .recent_fraction = 0.5}, .budget = md::budget_config::tokens(100)};
   EXPECT_EQ(cfg.effective_protection(16, 1000).recent_tokens, 50u);  // max(16, floor(0.5 x 100))
   cfg.budget = md::budget_config::ratio(0.25);
-  EXPECT_EQ(cfg.effective_protection(1, 400).recent_tokens, 50u);   // half of 25% of 400 tokens
-  EXPECT_EQ(cfg.effective_protection(1, 40).recent_tokens, 16u);    // the fixed floor
+  EXPECT_EQ(cfg.effective_protection(1, 400).recent_tokens, 50u);  // half of 25% of 400 tokens
+  EXPECT_EQ(cfg.effective_protection(1, 40).recent_tokens, 16u);   // the fixed floor
   cfg.budget = {};
-  EXPECT_EQ(cfg.effective_protection(1, 400).recent_tokens, 16u);   // unlimited: the fixed window alone
+  EXPECT_EQ(cfg.effective_protection(1, 400).recent_tokens, 16u);  // unlimited: the fixed window alone
   cfg.budget = md::budget_config::tokens(1e300);
   EXPECT_GT(cfg.effective_protection(1, 400).recent_tokens, 400u);  // saturates, never wraps
   EXPECT_EQ(md::config{}.effective_protection(16, 1000).recent_tokens, 0u);

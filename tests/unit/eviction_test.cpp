@@ -33,8 +33,8 @@ TEST(Eviction, StatusesFollowTheOrderOfTheChecks) {
   // pages: 0 slow, 1 slow+pin, 2 fast, 3 fast, 4 fast, 5 fast, 6 partial
   s.append(std::vector<md::region_span>{{1, 4}, {1, 3}, {0, 1}, {2, 16}, {2, 2}});
   std::vector<md::page_status> st(s.num_pages());
-  md::page_statuses(s, table, md::protection_config{.sink_pages = 1, .recent_tokens = 5}, std::vector<std::size_t>{2, 99},
-                    std::span<md::page_status>(st));
+  md::page_statuses(s, table, md::protection_config{.sink_pages = 1, .recent_tokens = 5},
+                    std::vector<std::size_t>{2, 99}, std::span<md::page_status>(st));
   using ps = md::page_status;
   EXPECT_EQ(st, (std::vector<ps>{ps::sink, ps::pinned, ps::protected_, ps::evictable, ps::evictable, ps::recent,
                                  ps::recent}));

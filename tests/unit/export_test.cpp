@@ -84,8 +84,11 @@ TEST(TensorRtLlmRetention, PrioritiesFollowBasePriorityAndPinning) {
 
 TEST(TensorRtLlmRetention, SpansBecomeMergedTokenRangesWithHalfLifeDurations) {
   const auto table = md::default_region_table();
-  const md::region_span spans[] = {{md::regions::system, 100}, {md::regions::user, 30}, {md::regions::user, 10},
-                                   {md::regions::tool_out, 0},  {md::regions::scratchpad, 50}};
+  const md::region_span spans[] = {{md::regions::system, 100},
+                                   {md::regions::user, 30},
+                                   {md::regions::user, 10},
+                                   {md::regions::tool_out, 0},
+                                   {md::regions::scratchpad, 50}};
   const auto entries = md::tensorrt_llm_retention(table, spans, {.milliseconds_per_step = 10.0});
   ASSERT_EQ(entries.size(), 3u);
   EXPECT_EQ(entries[0], (md::token_range_retention{0, 100, 100, std::nullopt}));

@@ -98,14 +98,17 @@ TEST(Generator, FactsClusterInBodiesWithASpreadOfAges) {
       const auto age = f.query.step - f.planted;
       young += age <= 10;
       old += age >= last / 2;
-      for (std::uint32_t p = f.query.first / 16; p <= (f.query.first + f.query.length - 1) / 16; ++p) fact_pages.insert(p);
+      for (std::uint32_t p = f.query.first / 16; p <= (f.query.first + f.query.length - 1) / 16; ++p)
+        fact_pages.insert(p);
       // A fact in a body has a neighbour within a few tokens (a dense cluster), unless it is the only survivor
       // of its cluster (the others were planted too late to be asked).
       if (f.query.region == md::regions::tool_out || f.query.region == md::regions::retrieval) {
         for (const auto& g : planted)
           if (&g != &f && g.query.region == f.query.region &&
-              ((g.query.first >= f.query.first + f.query.length && g.query.first <= f.query.first + f.query.length + 3) ||
-               (f.query.first >= g.query.first + g.query.length && f.query.first <= g.query.first + g.query.length + 3))) {
+              ((g.query.first >= f.query.first + f.query.length &&
+                g.query.first <= f.query.first + f.query.length + 3) ||
+               (f.query.first >= g.query.first + g.query.length &&
+                f.query.first <= g.query.first + g.query.length + 3))) {
             ++clustered;
             break;
           }
@@ -160,7 +163,8 @@ TEST(Generator, AttentionFollowsTheDocumentedModel) {
         sum += w[j];
       }
       for (std::uint32_t j = 0; j < a->context; ++j) {
-        ASSERT_NEAR(a->layers[l].mass[j], w[j] / sum, 1e-6) << "step " << a->step << " layer " << l << " position " << j;
+        ASSERT_NEAR(a->layers[l].mass[j], w[j] / sum, 1e-6)
+            << "step " << a->step << " layer " << l << " position " << j;
         ++checked;
       }
     }

@@ -55,7 +55,8 @@ TEST(ManagerConfig, RejectsInvalidPageSizesAndBudgets) {
   EXPECT_THROW(md::manager({.page_size = 24}), md::config_error);
   EXPECT_THROW(md::manager({.page_size = 16, .global = {.high = 10, .low = 11}}), md::config_error);
   EXPECT_NO_THROW(md::manager({.page_size = 16, .global = md::global_budget::pages(10, 8)}));
-  EXPECT_THROW((md::basic_manager<md::basic_sequence<md::policies::memdecay, float, 16>>({.page_size = 32})), md::config_error);
+  EXPECT_THROW((md::basic_manager<md::basic_sequence<md::policies::memdecay, float, 16>>({.page_size = 32})),
+               md::config_error);
 }
 
 TEST(ManagerSequences, OpenCloseAndLookUpByIdInAscendingOrder) {
@@ -495,7 +496,8 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
       shared_blocks += shared.size();  // set_shared: each flagged page its own block
       const auto own = seq.select_for_budget(mgr.protected_pages(id));
       for (std::size_t k = 0; k < own.pages.size(); ++k) {
-        expected.push_back({id, own.pages[k], own.scores[k], is_shared(own.pages[k]), md::eviction_reason::sequence_budget});
+        expected.push_back(
+            {id, own.pages[k], own.scores[k], is_shared(own.pages[k]), md::eviction_reason::sequence_budget});
         freed += !is_shared(own.pages[k]);
       }
       const auto scores = seq.page_scores();
@@ -537,9 +539,13 @@ TEST(ManagerSelection, MatchesABruteForceOracleOnRandomScenarios) {
 // --- hazards an integrator hit, each fixed --------------------------------------------------------------------
 
 template <class Manager, class Plan, class Table>
-concept commits_without_a_map = requires(Manager& m, const Plan& p, Table& t) { m.commit(p, t); };
+concept commits_without_a_map = requires(Manager& m, const Plan& p, Table& t) {
+  m.commit(p, t);
+};
 template <class Manager, class Table>
-concept marks_without_a_map = requires(Manager& m, Table& t) { m.mark_shared_from(t); };
+concept marks_without_a_map = requires(Manager& m, Table& t) {
+  m.mark_shared_from(t);
+};
 
 TEST(ManagerHazards, EveryTableCommitNamesItsIdMap) {
   // The default identity map let commit remove another request's block when the counts happened to agree.

@@ -87,7 +87,8 @@ TEST(H2o, RecentWindowFollowsTheBudgetAndKeepsAFixedFloor) {
   EXPECT_EQ(floor.recent_window(1, 1000), 64u);  // max(64, 32)
   const pol::h2o<float> unlimited({.recent_tokens = 7}, md::config{}, md::default_region_table());
   EXPECT_EQ(unlimited.recent_window(1, 1000), 7u);
-  const pol::h2o<float> saturated({}, md::config{.budget = md::budget_config::tokens(1e300)}, md::default_region_table());
+  const pol::h2o<float> saturated({}, md::config{.budget = md::budget_config::tokens(1e300)},
+                                  md::default_region_table());
   EXPECT_GT(saturated.recent_window(1, 10), 10u);
 }
 
@@ -116,8 +117,8 @@ TEST(H2o, PageGranularityUsesThePageMean) {
   md::policy_sequence<pol::h2o> seq(md::config{.page_size = 4}, {.recent_tokens = 0, .recent_fraction = 0});
   seq.append(md::regions::tool_out, 16);
   std::vector<float> mass(16, 0.0f);
-  mass[1] = 0.4f;   // page 0: mean 0.1
-  mass[13] = 0.8f;  // page 3: mean 0.2
+  mass[1] = 0.4f;                                // page 0: mean 0.1
+  mass[13] = 0.8f;                               // page 3: mean 0.2
   for (int i = 8; i < 12; ++i) mass[i] = 0.05f;  // page 2: mean 0.05
   seq.observe_tokens(mass);
   EXPECT_EQ(seq.select(2).pages, (std::vector<std::size_t>{1, 2}));
@@ -380,17 +381,19 @@ TEST(MemDecayNormalisation, HelpersFollowTheirFormulas) {
   EXPECT_NEAR(z[0], -0.1 / std::sqrt(0.03), 1e-12);
   EXPECT_NEAR(z[3], 0.3 / std::sqrt(0.03), 1e-12);
   md::zscore_normalize<double>(std::vector<double>(3, 0.25), z);
-  EXPECT_EQ(z[0], 0.0);  // no spread: no information
-  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.5, 0.5, 1), 1.0);    // 0.5 / (1 - 0.5)
-  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.75, 0.5, 2), 1.0);   // 0.75 / (1 - 0.25)
+  EXPECT_EQ(z[0], 0.0);                                         // no spread: no information
+  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.5, 0.5, 1), 1.0);   // 0.5 / (1 - 0.5)
+  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.75, 0.5, 2), 1.0);  // 0.75 / (1 - 0.25)
   EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.0, 0.5, 0), 0.0);
-  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.3, 0.0, 5), 0.3);    // beta = 0: the EWMA is the last x already
+  EXPECT_DOUBLE_EQ(md::lifetime_normalize(0.3, 0.0, 5), 0.3);  // beta = 0: the EWMA is the last x already
 }
 
 TEST(MemDecayNormalisation, LifetimeDividesTheEwmaByItsWeightOverTheTokensLife) {
-  md::basic_sequence<pol::memdecay, double> seq(md::config{
-      .alpha = 1.0, .ewma_beta = 0.5, .tau = 10.0, .page_size = 1,
-      .normalization = md::attention_normalization::lifetime});
+  md::basic_sequence<pol::memdecay, double> seq(md::config{.alpha = 1.0,
+                                                           .ewma_beta = 0.5,
+                                                           .tau = 10.0,
+                                                           .page_size = 1,
+                                                           .normalization = md::attention_normalization::lifetime});
   seq.append(md::regions::user, 4);
   seq.observe_tokens(std::vector<double>{0.5, 0.25, 0.25, 0.0});  // x = 4m = {2, 1, 1, 0}
   EXPECT_DOUBLE_EQ(seq.policy().ewma()[0], 1.0);
@@ -408,10 +411,10 @@ TEST(MemDecayNormalisation, LifetimeLetsANewlyArrivedTokenCompeteAtOnce) {
   auto attention_gap = [](md::attention_normalization mode) {
     md::basic_sequence<pol::memdecay, double> seq(
         md::config{.alpha = 1.0, .ewma_beta = 0.8, .tau = 100.0, .page_size = 1, .normalization = mode});
-    seq.append(md::regions::tool_out, 2);  // A (token 0) and a filler
+    seq.append(md::regions::tool_out, 2);                                            // A (token 0) and a filler
     for (int i = 0; i < 10; ++i) seq.observe_tokens(std::vector<double>{2.0, 0.0});  // x = 4
-    seq.append(md::regions::tool_out);     // B (token 2)
-    seq.observe_tokens(std::vector<double>{4.0 / 3, 0.0, 4.0 / 3});  // x = 4 for both
+    seq.append(md::regions::tool_out);                                               // B (token 2)
+    seq.observe_tokens(std::vector<double>{4.0 / 3, 0.0, 4.0 / 3});                  // x = 4 for both
     const auto v = seq.view();
     return seq.policy().token_terms(v, 0).attention - seq.policy().token_terms(v, 2).attention;
   };
@@ -420,9 +423,11 @@ TEST(MemDecayNormalisation, LifetimeLetsANewlyArrivedTokenCompeteAtOnce) {
 }
 
 TEST(MemDecayNormalisation, ZscoreCountsStandardDeviationsAboveTheMean) {
-  md::basic_sequence<pol::memdecay, double> seq(md::config{
-      .alpha = 1.0, .ewma_beta = 0.5, .tau = 1.0, .page_size = 1,
-      .normalization = md::attention_normalization::zscore});
+  md::basic_sequence<pol::memdecay, double> seq(md::config{.alpha = 1.0,
+                                                           .ewma_beta = 0.5,
+                                                           .tau = 1.0,
+                                                           .page_size = 1,
+                                                           .normalization = md::attention_normalization::zscore});
   seq.append(md::regions::tool_out, 4);
   seq.advance_to(9);
   EXPECT_EQ(seq.observe_tokens(std::vector<double>{0.1, 0.1, 0.1, 0.5}), 1u);  // z = {-0.58 x3, 1.73}

@@ -15,9 +15,7 @@ namespace md = memdecay;
 
 namespace {
 
-md::config small_config() {
-  return md::config{.alpha = 1.0, .ewma_beta = 0.5, .tau = 0.3, .page_size = 4};
-}
+md::config small_config() { return md::config{.alpha = 1.0, .ewma_beta = 0.5, .tau = 0.3, .page_size = 4}; }
 
 // Runs `call`, expects it to throw `Error`, and checks that the sequence's state is bit-identical afterwards.
 template <class Error, class Sequence>
@@ -82,7 +80,7 @@ TEST(Sequence, UniformNormalisationScalesByResidentTokens) {
   std::vector<double> mass(8, 1.0 / 8);
   mass[0] = 2.0 / 8;
   mass[1] = 0.0;
-  EXPECT_EQ(seq.observe_tokens(mass), 1u);     // only token 0 got more than 1.5x uniform
+  EXPECT_EQ(seq.observe_tokens(mass), 1u);        // only token 0 got more than 1.5x uniform
   EXPECT_DOUBLE_EQ(seq.policy().ewma()[0], 1.0);  // 0.5 * (2/8 * 8)
   EXPECT_DOUBLE_EQ(seq.policy().ewma()[3], 0.5);  // uniform attention: x = 1
 }

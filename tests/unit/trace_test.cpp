@@ -30,9 +30,11 @@ tr::trace_file sample() {
   a.seed = 42;
   a.events.emplace_back(tr::segment{0, 0, 4});
   a.events.emplace_back(tr::segment{1, 1, 6});
-  a.events.emplace_back(tr::attention{1, 10,
-                                      {tr::attention_row{false, {}, {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f}},
-                                       tr::attention_row{true, {0, 7}, {0.5f, 0.5f}}}});
+  a.events.emplace_back(
+      tr::attention{1,
+                    10,
+                    {tr::attention_row{false, {}, {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f}},
+                     tr::attention_row{true, {0, 7}, {0.5f, 0.5f}}}});
   a.events.emplace_back(tr::probe{2, 0, 1, 5, 3});
   a.events.emplace_back(tr::segment{3, 2, 2});
   a.events.emplace_back(tr::probe{3, 1, 2, 10, 2});
@@ -47,12 +49,31 @@ tr::trace_file sample() {
 struct builder {
   std::vector<std::byte> out;
   std::size_t at() const { return out.size(); }
-  builder& u8(std::uint8_t v) { out.push_back(static_cast<std::byte>(v)); return *this; }
-  builder& u16(std::uint16_t v) { for (int i = 0; i < 2; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i))); return *this; }
-  builder& u32(std::uint32_t v) { for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i))); return *this; }
-  builder& u64(std::uint64_t v) { for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i))); return *this; }
-  builder& f32(float v) { std::uint32_t b; std::memcpy(&b, &v, 4); return u32(b); }
-  builder& text(const std::string& s) { for (char c : s) u8(static_cast<std::uint8_t>(c)); return *this; }
+  builder& u8(std::uint8_t v) {
+    out.push_back(static_cast<std::byte>(v));
+    return *this;
+  }
+  builder& u16(std::uint16_t v) {
+    for (int i = 0; i < 2; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  builder& u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  builder& u64(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+    return *this;
+  }
+  builder& f32(float v) {
+    std::uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return u32(b);
+  }
+  builder& text(const std::string& s) {
+    for (char c : s) u8(static_cast<std::uint8_t>(c));
+    return *this;
+  }
   // magic, version 1, flags 0, `layers`, label "t", regions "a" and "b", `episodes`
   builder& header(std::uint32_t layers = 1, std::uint32_t episodes = 1) {
     text(std::string("MDTRACE") + '\0');
@@ -60,7 +81,9 @@ struct builder {
     return u32(episodes);
   }
   builder& episode(std::uint32_t events) { return u16(1).text("e").u64(7).u32(events); }
-  builder& segment(std::uint32_t step, std::uint8_t region, std::uint32_t tokens) { return u8(1).u32(step).u8(region).u32(tokens); }
+  builder& segment(std::uint32_t step, std::uint8_t region, std::uint32_t tokens) {
+    return u8(1).u32(step).u8(region).u32(tokens);
+  }
   builder& attention(std::uint32_t step, std::uint32_t context) { return u8(2).u32(step).u32(context); }
   builder& probe(std::uint32_t step, std::uint32_t id, std::uint8_t region, std::uint32_t first, std::uint32_t length) {
     return u8(3).u32(step).u32(id).u8(region).u32(first).u32(length);
@@ -134,7 +157,8 @@ TEST(TraceReader, MissingFileNamesThePath) {
     (void)tr::read_file("/nonexistent/dir/none.mdtrace");
     FAIL();
   } catch (const tr::trace_error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot open trace '/nonexistent/dir/none.mdtrace'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot open trace '/nonexistent/dir/none.mdtrace'"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -234,7 +258,8 @@ TEST(TraceReader, RejectsAttentionThatDisagreesWithTheContext) {
   expect_rejected(enc, at, "layer 0: row encoding 2");
   builder rows;  // 4096 layers announced, a few bytes left: rejected before allocating the rows
   rows.header(4096).episode(2).segment(0, 0, 3).attention(0, 3).u8(0);
-  expect_rejected(rows, rows.at() - 1, "truncated: 4096 attention rows need at least 4096 bytes, the file ends after 1");
+  expect_rejected(rows, rows.at() - 1,
+                  "truncated: 4096 attention rows need at least 4096 bytes, the file ends after 1");
   builder t;
   t.header().episode(2).segment(0, 0, 3).attention(0, 3);
   at = t.at() + 1;
@@ -248,7 +273,9 @@ TEST(TraceReader, RejectsBadMassAtItsOffset) {
     b.header(2).episode(2).segment(0, 0, 3).attention(0, 3).u8(0).f32(0.2f).f32(0.3f).f32(0.5f).u8(0).f32(0.1f);
     const auto at = b.at();
     b.f32(bad).f32(0.1f);
-    const std::string what = std::isnan(bad) ? "mass[1] is NaN" : bad < 0 ? "mass[1] = -0.25 is negative" : "mass[1] is infinite";
+    const std::string what = std::isnan(bad) ? "mass[1] is NaN"
+                             : bad < 0       ? "mass[1] = -0.25 is negative"
+                                             : "mass[1] is infinite";
     expect_rejected(b, at, "episode 0: event 1: layer 1: " + what);
   }
 }
@@ -316,7 +343,8 @@ TEST(TraceReader, EveryTruncationIsRejectedWithoutCrashing) {
     ASSERT_FALSE(r.ok()) << "prefix of " << n << " bytes accepted";
     EXPECT_LE(r.error->offset, n);
     const auto& m = r.error->message;
-    EXPECT_TRUE(m.find("truncated") != std::string::npos || m.find("cannot fit") != std::string::npos) << n << ": " << m;
+    EXPECT_TRUE(m.find("truncated") != std::string::npos || m.find("cannot fit") != std::string::npos)
+        << n << ": " << m;
   }
 }
 

@@ -97,7 +97,8 @@ void apply_half_lives(tr::generator_config& c, const std::vector<std::string>& s
     } catch (const std::exception&) {
       h = -1;
     }
-    if (!(h > 0.0) || !std::isfinite(h)) throw md::input_error("--half-life '" + spec + "': steps must be a number > 0");
+    if (!(h > 0.0) || !std::isfinite(h))
+      throw md::input_error("--half-life '" + spec + "': steps must be a number > 0");
     c.attention[*id].half_life = h;
   }
 }
@@ -109,8 +110,9 @@ std::string interval_text(const std::optional<cal::interval>& ci) {
 void print_summary(const cal::calibration& c, const md::region_table& base) {
   // samples: (token, row) samples for the excess-decay fit, completed refresh intervals for the interval fit; floor
   // and amplitude belong to the excess-decay curve only.
-  std::printf("| region | status | half-life | 95%% interval | decay rate | floor | amplitude | samples | episodes | "
-              "default half-life | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+  std::printf(
+      "| region | status | half-life | 95%% interval | decay rate | floor | amplitude | samples | episodes | "
+      "default half-life | note |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
   for (const auto& r : c.regions) {
     const auto& f = r.fit;
     const double def = base[*base.find(r.name)].half_life();
@@ -122,8 +124,9 @@ void print_summary(const cal::calibration& c, const md::region_table& base) {
                 r.calibrated() ? "fitted" : ("default kept: " + f.reason).c_str());
   }
   if (!c.regions.empty() && !c.regions.front().layers.empty()) {
-    std::printf("\nPer layer\n\n| region | layer | status | half-life | 95%% interval | samples | note |\n"
-                "|---|---:|---|---:|---|---:|---|\n");
+    std::printf(
+        "\nPer layer\n\n| region | layer | status | half-life | 95%% interval | samples | note |\n"
+        "|---|---:|---|---:|---|---:|---|\n");
     for (const auto& r : c.regions)
       for (std::size_t l = 0; l < r.layers.size(); ++l) {
         const auto& f = r.layers[l];
@@ -152,7 +155,8 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
   for (std::size_t r = 0; r < c.regions.size(); ++r) {
     const auto& reg = c.regions[r];
     const auto& p = r < profiles.size() ? profiles[r] : cal::age_profile{};
-    const double x0 = ml + static_cast<double>(r % cols) * (pw + gx), y0 = mt + static_cast<double>(r / cols) * (ph + gy);
+    const double x0 = ml + static_cast<double>(r % cols) * (pw + gx),
+                 y0 = mt + static_cast<double>(r / cols) * (ph + gy);
     double max_age = 1, max_mass = 0.5, max_count = 1;
     for (std::size_t k = 0; k < p.age.size(); ++k) {
       max_age = std::max(max_age, p.age[k]);
@@ -164,10 +168,10 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
     max_mass *= 1.1;
     auto X = [&](double a) { return x0 + pw * a / max_age; };
     auto Y = [&](double m) { return y0 + ph - ph * std::clamp(m / max_mass, 0.0, 1.0); };
-    const std::string title = reg.name + ": " +
-                              (reg.calibrated() ? "half-life " + fixed(*f.half_life) + " " +
-                                                      interval_text(f.half_life_ci) + " steps"
-                                                : std::string("uncalibrated"));
+    const std::string title =
+        reg.name + ": " +
+        (reg.calibrated() ? "half-life " + fixed(*f.half_life) + " " + interval_text(f.half_life_ci) + " steps"
+                          : std::string("uncalibrated"));
     s << "<text x=\"" << x0 + pw / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"12\">"
       << xml_escape(title) << "</text>\n";
     for (int k = 0; k <= 4; ++k) {
@@ -188,7 +192,8 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
     }
     if (f.half_life && f.floor && f.amplitude) {
       const double lambda = std::numbers::ln2 / *f.half_life;
-      s << "<polyline fill=\"none\" stroke=\"" << (reg.calibrated() ? "#d62728" : "#999") << "\" stroke-width=\"2\" points=\"";
+      s << "<polyline fill=\"none\" stroke=\"" << (reg.calibrated() ? "#d62728" : "#999")
+        << "\" stroke-width=\"2\" points=\"";
       for (int k = 0; k <= 100; ++k) {
         const double a = max_age * k / 100.0;
         s << X(a) << "," << Y(*f.floor + *f.amplitude * std::exp(-lambda * a)) << " ";
@@ -196,8 +201,8 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
       s << "\"/>\n<line x1=\"" << x0 << "\" y1=\"" << Y(*f.floor) << "\" x2=\"" << x0 + pw << "\" y2=\"" << Y(*f.floor)
         << "\" stroke=\"#d62728\" stroke-dasharray=\"4,3\" stroke-opacity=\"0.6\"/>\n";
       if (*f.half_life <= max_age)
-        s << "<line x1=\"" << X(*f.half_life) << "\" y1=\"" << y0 << "\" x2=\"" << X(*f.half_life) << "\" y2=\"" << y0 + ph
-          << "\" stroke=\"#2ca02c\" stroke-dasharray=\"2,2\"/>\n";
+        s << "<line x1=\"" << X(*f.half_life) << "\" y1=\"" << y0 << "\" x2=\"" << X(*f.half_life) << "\" y2=\""
+          << y0 + ph << "\" stroke=\"#2ca02c\" stroke-dasharray=\"2,2\"/>\n";
     }
     s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + ph << "\" x2=\"" << x0 + pw << "\" y2=\"" << y0 + ph
       << "\" stroke=\"black\"/><line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\"" << y0 + ph
@@ -216,12 +221,14 @@ void write_svg(const std::string& path, const cal::calibration& c, const std::ve
 int self_test(const options& o) {
   namespace st = cal::selftest;
   st::synthetic_config c;
-  std::printf("memdecay-calibrate --self-test %zu --seed %llu: %u episodes x %u steps x %u tokens/step per trace, "
-              "continue probability %.2f, log-normal noise sigma %.2f%s\n\n",
-              o.self_test, static_cast<unsigned long long>(o.seed), c.episodes, c.steps, c.tokens_per_step,
-              c.continue_probability, c.noise_sigma, o.sparse_top_k ? ", rows stored top-64 sparse" : "");
-  std::printf("| estimator | region | true half-life | calibrated | mean fitted | bias | rmse | 95%% coverage |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "memdecay-calibrate --self-test %zu --seed %llu: %u episodes x %u steps x %u tokens/step per trace, "
+      "continue probability %.2f, log-normal noise sigma %.2f%s\n\n",
+      o.self_test, static_cast<unsigned long long>(o.seed), c.episodes, c.steps, c.tokens_per_step,
+      c.continue_probability, c.noise_sigma, o.sparse_top_k ? ", rows stored top-64 sparse" : "");
+  std::printf(
+      "| estimator | region | true half-life | calibrated | mean fitted | bias | rmse | 95%% coverage |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (auto method : {cal::estimator_method::refresh_intervals, cal::estimator_method::excess_decay}) {
     auto est = o.est;
     est.method = method;
@@ -291,8 +298,10 @@ int run(options& o) {
     throw md::input_error("--half-life sets the generator's model: it needs --generate");
   cal::runtime_settings settings{parse_mode(o.normalization), o.alpha, o.tau};
   o.est.per_layer = !o.no_per_layer;
-  if (auto m = cal::estimator_method_from_string(o.method)) o.est.method = *m;
-  else throw md::input_error("--method '" + o.method + "': expected intervals or decay");
+  if (auto m = cal::estimator_method_from_string(o.method))
+    o.est.method = *m;
+  else
+    throw md::input_error("--method '" + o.method + "': expected intervals or decay");
   o.est.validate();
 
   std::vector<tr::trace_file> files;
@@ -331,14 +340,16 @@ int run(options& o) {
   std::size_t episodes = 0, calibrated = 0;
   for (const auto& f : files) episodes += f.episodes.size();
   for (const auto& r : result.regions) calibrated += r.calibrated() ? 1 : 0;
-  std::printf("memdecay-calibrate %s: %zu trace files, %zu episodes, %u layer(s); %zu of %zu regions calibrated; "
-              "wrote %s; %.2f s\n",
-              md::version_string, files.size(), episodes, files.front().layers, calibrated, result.regions.size(),
-              o.output.c_str(), seconds);
+  std::printf(
+      "memdecay-calibrate %s: %zu trace files, %zu episodes, %u layer(s); %zu of %zu regions calibrated; "
+      "wrote %s; %.2f s\n",
+      md::version_string, files.size(), episodes, files.front().layers, calibrated, result.regions.size(),
+      o.output.c_str(), seconds);
   if (o.generate) {
-    std::printf("Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md); model "
-                "half-lives:",
-                static_cast<unsigned long long>(o.seed));
+    std::printf(
+        "Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md); model "
+        "half-lives:",
+        static_cast<unsigned long long>(o.seed));
     auto c = tr::tier_config(450, o.seed);
     apply_half_lives(c, o.half_lives);
     for (std::size_t r = 0; r < base.size(); ++r)
@@ -409,15 +420,17 @@ int main(int argc, char** argv) {
   app.add_option("--recent-positions", o.est.recent_positions, "Leave out the newest N positions of every row")
       ->capture_default_str();
   app.add_option("--passes", o.est.passes, "Fit / re-detect / rescale passes")->capture_default_str();
-  app.add_option("--jackknife-groups", o.est.jackknife_groups, "Episode groups for the interval")->capture_default_str();
+  app.add_option("--jackknife-groups", o.est.jackknife_groups, "Episode groups for the interval")
+      ->capture_default_str();
   app.add_flag("--no-per-layer", o.no_per_layer, "Fit the layer mean only");
   app.add_option("--self-test", o.self_test,
                  "Measure both estimators' bias and 95% coverage on N seeded synthetic traces with known half-lives "
                  "(--seed: the first seed) instead of calibrating")
       ->type_name("N")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
-  app.add_flag("--self-test-top-k", o.sparse_top_k,
-               "With --self-test: store every synthetic row as its 64 largest entries (refresh-interval estimator only)");
+  app.add_flag(
+      "--self-test-top-k", o.sparse_top_k,
+      "With --self-test: store every synthetic row as its 64 largest entries (refresh-interval estimator only)");
   app.set_version_flag("--version", std::string(md::version_string));
   app.footer(
       "Exit status: 0 on success, 1 on bad input (missing or malformed trace, invalid option value), 2+ on "

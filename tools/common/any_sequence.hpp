@@ -56,7 +56,7 @@ class any_sequence {
 
 /// any_sequence over one sequence type.
 template <memdecay::sequence_like Sequence>
-  requires std::same_as<typename Sequence::float_type, float>
+requires std::same_as<typename Sequence::float_type, float>
 class erased_sequence final : public any_sequence {
  public:
   explicit erased_sequence(Sequence seq) : seq_(std::move(seq)) {}

@@ -39,9 +39,9 @@ namespace memdecay_tools {
 /// 0.9), and the baselines' tunable parameters (unset: their sources' values).
 struct catalogue_options {
   std::optional<double> alpha, tau, ewma_beta;
-  bool memdecay_page_max = false;                ///< MemDecay pages score their best token (default: the mean)
-  std::optional<double> h2o_recent_fraction;     ///< source: 0.5 (heavy_ratio = recent_ratio)
-  std::optional<std::size_t> snapkv_window;      ///< source: 64 (window_size)
+  bool memdecay_page_max = false;                   ///< MemDecay pages score their best token (default: the mean)
+  std::optional<double> h2o_recent_fraction;        ///< source: 0.5 (heavy_ratio = recent_ratio)
+  std::optional<std::size_t> snapkv_window;         ///< source: 64 (window_size)
   std::optional<std::size_t> scissorhands_history;  ///< source: 400 (m); at most 64 here
 
   /// MemDecay's parameters only (the baselines at their sources' values).
@@ -94,9 +94,8 @@ auto memdecay_entry(memdecay::attention_normalization mode, const catalogue_opti
 /// MemDecay; only the page scores differ.
 template <template <class> class Policy, class Wrap>
 auto baseline_entry(std::string description, typename Policy<float>::params_type params, Wrap& wrap) {
-  return wrap(std::string(Policy<float>::name), std::move(description), [params](const memdecay::config& cfg) {
-    return memdecay::policy_sequence<Policy>(cfg, params);
-  });
+  return wrap(std::string(Policy<float>::name), std::move(description),
+              [params](const memdecay::config& cfg) { return memdecay::policy_sequence<Policy>(cfg, params); });
 }
 
 /// Every policy, in table order: MemDecay's four modes, then the baselines with their sources' parameters.
@@ -116,10 +115,10 @@ auto policy_catalogue(const catalogue_options& o, Wrap wrap) {
   all.push_back(baseline_entry<md::policies::streaming_llm>(
       "StreamingLLM: " + std::to_string(sp::streaming_llm_sink_tokens) + " sink tokens + the most recent pages",
       {.sink_tokens = sp::streaming_llm_sink_tokens}, wrap));
-  all.push_back(baseline_entry<md::policies::h2o>(
-      "H2O: cumulative attention; recent window " + md::detail::to_text(h2o_fraction) +
-          " of the budget, heavy hitters the rest",
-      {.recent_tokens = 0, .recent_fraction = h2o_fraction}, wrap));
+  all.push_back(baseline_entry<md::policies::h2o>("H2O: cumulative attention; recent window " +
+                                                      md::detail::to_text(h2o_fraction) +
+                                                      " of the budget, heavy hitters the rest",
+                                                  {.recent_tokens = 0, .recent_fraction = h2o_fraction}, wrap));
   all.push_back(baseline_entry<md::policies::tova>("TOVA: the latest observation's attention", {}, wrap));
   all.push_back(baseline_entry<md::policies::scissorhands>(
       "Scissorhands: share of the last " + std::to_string(history) + " observations at >= uniform attention, recent " +
@@ -127,7 +126,8 @@ auto policy_catalogue(const catalogue_options& o, Wrap wrap) {
       {.history_window = history, .recent_tokens = sp::scissorhands_recent}, wrap));
   all.push_back(baseline_entry<md::policies::norm_sum>("OpenVINO NORM_SUM: cumulative attention / lifetime", {}, wrap));
   all.push_back(baseline_entry<md::policies::priority_lru>(
-      "TensorRT-LLM prioritized LRU: priority round(100 b_r) per region, LRU within (refresh at >= uniform)", {}, wrap));
+      "TensorRT-LLM prioritized LRU: priority round(100 b_r) per region, LRU within (refresh at >= uniform)", {},
+      wrap));
   all.push_back(baseline_entry<md::policies::snapkv>(
       "SnapKV: votes of the last " + std::to_string(window) + " observations, avg-pooled over " +
           std::to_string(sp::snapkv_kernel) + " tokens",

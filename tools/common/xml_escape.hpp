@@ -15,11 +15,16 @@ inline std::string xml_escape(std::string_view s) {
   std::string o;
   o.reserve(s.size());
   for (char ch : s) {
-    if (ch == '&') o += "&amp;";
-    else if (ch == '<') o += "&lt;";
-    else if (ch == '>') o += "&gt;";
-    else if (ch == '"') o += "&quot;";
-    else o += ch;
+    if (ch == '&')
+      o += "&amp;";
+    else if (ch == '<')
+      o += "&lt;";
+    else if (ch == '>')
+      o += "&gt;";
+    else if (ch == '"')
+      o += "&quot;";
+    else
+      o += ch;
   }
   return o;
 }

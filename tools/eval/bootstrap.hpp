@@ -44,7 +44,6 @@ struct bootstrap_options {
 
 namespace detail {
 
-
 inline double ratio(std::uint64_t hits, std::uint64_t trials) noexcept {
   return trials == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(trials);
 }
@@ -90,7 +89,8 @@ inline interval bootstrap(const strata& b, const strata* a = nullptr, const boot
   reps.reserve(o.resamples);
   for (std::size_t r = 0; r < o.resamples; ++r)
     // Uniform in [0, n) by modulo (the bias, below n / 2^64, is nil for episode counts).
-    reps.push_back(statistic([&](std::size_t s, std::size_t) { return static_cast<std::size_t>(rng.next() % b[s].size()); }));
+    reps.push_back(
+        statistic([&](std::size_t s, std::size_t) { return static_cast<std::size_t>(rng.next() % b[s].size()); }));
   if (reps.empty()) {
     out.lower = out.upper = out.estimate;
     return out;

@@ -118,7 +118,8 @@ class reader {
   explicit reader(std::string source) : source_(std::move(source)) {}
 
   [[noreturn]] void fail(const std::string& path, const std::string& why) const {
-    throw episode_error("invalid episode file '" + source_ + "': " + (path.empty() ? std::string() : path + ": ") + why);
+    throw episode_error("invalid episode file '" + source_ + "': " + (path.empty() ? std::string() : path + ": ") +
+                        why);
   }
   static std::string show(const json& v) {
     std::string s = v.dump();
@@ -184,11 +185,13 @@ inline episode_vocab parse_vocab(const reader& r, const json& v, const std::stri
   out.filler_count = static_cast<int>(r.integer(v, path, "filler_count", 0, big));
   const json& markers = r.field(v, path, "region_markers");
   const std::string mp = reader::join(path, "region_markers");
-  if (!markers.is_object() || markers.empty()) r.fail(mp, "is " + reader::show(markers) + " (must be a non-empty object)");
+  if (!markers.is_object() || markers.empty())
+    r.fail(mp, "is " + reader::show(markers) + " (must be a non-empty object)");
   const auto table = memdecay::default_region_table();
   for (const auto& [name, id] : markers.items()) {
     if (!table.find(name))
-      r.fail(mp + "." + name, "is not a memdecay region (known: system plan user tool_in tool_out retrieval scratchpad)");
+      r.fail(mp + "." + name,
+             "is not a memdecay region (known: system plan user tool_in tool_out retrieval scratchpad)");
     out.region_markers[name] = static_cast<int>(r.integer(markers, mp, name.c_str(), 0, big));
   }
   return out;
@@ -212,9 +215,10 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
   f.source = source;
   if (r.string(j, "", "format") != "memdecay-episodes")
     r.fail("format", "'" + r.string(j, "", "format") + "' (must be \"memdecay-episodes\")");
-  const auto version = r.integer(j, "", "version", std::numeric_limits<std::int64_t>::min(),
-                                 std::numeric_limits<std::int64_t>::max());
-  if (version != 1) r.fail("version", "unsupported version " + std::to_string(version) + " (this reader reads version 1)");
+  const auto version =
+      r.integer(j, "", "version", std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
+  if (version != 1)
+    r.fail("version", "unsupported version " + std::to_string(version) + " (this reader reads version 1)");
   f.tier = static_cast<int>(r.integer(j, "", "tier", 1, 1 << 24));
   f.seed = static_cast<std::uint64_t>(r.integer(j, "", "seed", 0, std::numeric_limits<std::int64_t>::max()));
   if (j.contains("family")) f.family = r.string(j, "", "family");
@@ -243,7 +247,8 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
     }
     const auto n = static_cast<std::int64_t>(ep.tokens.size());
     if (ep.tokens[0] != f.vocab.bos)
-      r.fail(ep_path + ".tokens[0]", std::to_string(ep.tokens[0]) + " is not BOS (" + std::to_string(f.vocab.bos) + ")");
+      r.fail(ep_path + ".tokens[0]",
+             std::to_string(ep.tokens[0]) + " is not BOS (" + std::to_string(f.vocab.bos) + ")");
     // Segments: contiguous, covering the tokens, each opening with its region marker.
     const auto& segs = r.array(je, ep_path, "segments");
     if (segs.empty()) r.fail(ep_path + ".segments", "is empty");
@@ -253,15 +258,18 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
       segment seg;
       seg.region = r.string(segs[s], sp, "region");
       const auto id = table.find(seg.region);
-      if (!id) r.fail(sp + ".region", "'" + seg.region + "' is not a memdecay region (known: system plan user tool_in "
-                                       "tool_out retrieval scratchpad)");
+      if (!id)
+        r.fail(sp + ".region", "'" + seg.region +
+                                   "' is not a memdecay region (known: system plan user tool_in "
+                                   "tool_out retrieval scratchpad)");
       seg.id = *id;
       const auto marker = f.vocab.region_markers.find(seg.region);
       if (marker == f.vocab.region_markers.end())
         r.fail(sp + ".region", "'" + seg.region + "' has no marker in vocab_layout.region_markers");
       const auto first = r.integer(segs[s], sp, "first", 0, n);
       if (first != next)
-        r.fail(sp + ".first", std::to_string(first) + " (segments must be contiguous: expected " + std::to_string(next) + ")");
+        r.fail(sp + ".first",
+               std::to_string(first) + " (segments must be contiguous: expected " + std::to_string(next) + ")");
       const auto length = r.integer(segs[s], sp, "length", 1, n - first, "must be >= 1 and end within the tokens");
       seg.first = static_cast<std::uint32_t>(first);
       seg.length = static_cast<std::uint32_t>(length);
@@ -282,8 +290,8 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
       const std::string pp = ep_path + ".probes[" + std::to_string(k) + "]";
       const auto& jp = probes[k];
       probe p;
-      p.at = static_cast<std::uint32_t>(r.integer(jp, pp, "at", 1, n, ("must be in [1, " + std::to_string(n) +
-                                                                        "], the episode's tokens").c_str()));
+      p.at = static_cast<std::uint32_t>(
+          r.integer(jp, pp, "at", 1, n, ("must be in [1, " + std::to_string(n) + "], the episode's tokens").c_str()));
       p.key = static_cast<std::int32_t>(r.integer(jp, pp, "key", 0, extent - 1));
       p.answer = static_cast<std::int32_t>(r.integer(jp, pp, "answer", 0, extent - 1));
       p.region = r.string(jp, pp, "region");
@@ -296,13 +304,14 @@ inline episode_file parse_episodes(const nlohmann::json& j, const std::string& s
       p.planted_at = static_cast<std::uint32_t>(r.integer(jp, pp, "planted_at", 1, n));
       const std::uint32_t fact_end = p.fact_first + p.fact_length;
       if (p.planted_at != fact_end)
-        r.fail(pp + ".planted_at", std::to_string(p.planted_at) + " (must be fact_first + fact_length = " +
-                                       std::to_string(fact_end) + ")");
+        r.fail(pp + ".planted_at",
+               std::to_string(p.planted_at) + " (must be fact_first + fact_length = " + std::to_string(fact_end) + ")");
       if (p.at < p.planted_at)
         r.fail(pp + ".at", std::to_string(p.at) + " is before the fact was planted (planted_at " +
                                std::to_string(p.planted_at) + ")");
-      const auto seg = std::find_if(ep.segments.begin(), ep.segments.end(),
-                                    [&](const segment& s) { return p.fact_first >= s.first && p.fact_first < s.end(); });
+      const auto seg = std::find_if(ep.segments.begin(), ep.segments.end(), [&](const segment& s) {
+        return p.fact_first >= s.first && p.fact_first < s.end();
+      });
       if (seg->id != p.id || fact_end > seg->end())
         r.fail(pp, "fact [" + std::to_string(p.fact_first) + ", " + std::to_string(fact_end) +
                        ") is not inside one segment of region '" + p.region + "' (it starts in a '" + seg->region +
@@ -329,7 +338,8 @@ inline episode_file parse_episodes(const std::string& text, const std::string& s
       const auto again = nlohmann::json::parse(text);
       (void)again;
     } catch (const nlohmann::json::parse_error& e) {
-      throw episode_error("invalid episode file '" + source + "': not valid JSON (byte " + std::to_string(e.byte) + ")");
+      throw episode_error("invalid episode file '" + source + "': not valid JSON (byte " + std::to_string(e.byte) +
+                          ")");
     }
     throw episode_error("invalid episode file '" + source + "': not valid JSON");
   }

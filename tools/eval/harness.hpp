@@ -139,9 +139,12 @@ inline const std::vector<std::string>& ablation_variants() {
 inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
                                      const memdecay_options& m = {}) {
   memdecay_options o = m;
-  if (variant == "prior-only") o.alpha = 0.0;
-  else if (variant == "no-refresh") o.tau = 1e30;
-  else if (variant == "page-max") o.memdecay_page_max = true;
+  if (variant == "prior-only")
+    o.alpha = 0.0;
+  else if (variant == "no-refresh")
+    o.tau = 1e30;
+  else if (variant == "page-max")
+    o.memdecay_page_max = true;
   else if (variant != "attention-only" && variant != "recent-half")
     throw std::invalid_argument("unknown MemDecay ablation '" + variant + "'");
   policy_kind k = memdecay_kind(mode, o);
@@ -194,9 +197,9 @@ struct config_spec {
 enum class call_kind { policy_append, session_append, policy_observe, advance, select, commit, probe };
 struct call_event {
   call_kind what;
-  std::size_t step;   ///< the step index (the clock before advance)
-  std::size_t value;  ///< tokens (appends, observe: the mass length), the new clock (advance), pages (select,
-                      ///< commit), tokens processed (probe)
+  std::size_t step;      ///< the step index (the clock before advance)
+  std::size_t value;     ///< tokens (appends, observe: the mass length), the new clock (advance), pages (select,
+                         ///< commit), tokens processed (probe)
   std::size_t resident;  ///< the policy's resident tokens after the call
 };
 
@@ -205,8 +208,8 @@ struct eval_settings {
   std::size_t prefill_chunk = 32;                ///< tokens per step in prefilled segments
   md::protection_config protection{.sink_pages = 0, .recent_tokens = 16};
   std::vector<md::region_override> region_overrides{};  ///< e.g. a calibration's fitted decay rates
-  bool fork = true;                  ///< start policy runs from the full cache at the first over-budget step
-  std::size_t max_new = 1;           ///< tokens decoded per probe (the first must be the answer)
+  bool fork = true;                    ///< start policy runs from the full cache at the first over-budget step
+  std::size_t max_new = 1;             ///< tokens decoded per probe (the first must be the answer)
   std::size_t ceiling_page_size = 16;  ///< page size of the full-cache (ceiling) run
   /// Test hook: every call of the unforked part of every policy run, in order (must be thread-safe when threads
   /// > 1). Empty in memdecay-eval.
@@ -268,7 +271,7 @@ struct region_counts {
 struct run_result {
   std::vector<region_counts> regions = std::vector<region_counts>(md::regions::default_count);
   std::uint64_t episodes = 0, tokens = 0, steps = 0;
-  std::uint64_t budget_tokens = 0;      ///< sum over episodes of the token budget
+  std::uint64_t budget_tokens = 0;  ///< sum over episodes of the token budget
   std::uint64_t evicted_pages = 0, evicted_tokens = 0;
   std::uint64_t over_budget_steps = 0;  ///< steps left above the budget because pinned/protected pages exceed it
   std::uint64_t budget_violations = 0;  ///< steps above the budget without that reason (a bug: always 0)
@@ -307,10 +310,10 @@ struct run_result {
       if (x.probes != y.probes || x.recalled != y.recalled || x.survived != y.survived || x.ceiling != y.ceiling)
         return false;
     }
-    return a.episodes == b.episodes && a.tokens == b.tokens && a.steps == b.steps && a.budget_tokens == b.budget_tokens &&
-           a.evicted_pages == b.evicted_pages && a.evicted_tokens == b.evicted_tokens &&
-           a.over_budget_steps == b.over_budget_steps && a.budget_violations == b.budget_violations &&
-           a.max_resident == b.max_resident;
+    return a.episodes == b.episodes && a.tokens == b.tokens && a.steps == b.steps &&
+           a.budget_tokens == b.budget_tokens && a.evicted_pages == b.evicted_pages &&
+           a.evicted_tokens == b.evicted_tokens && a.over_budget_steps == b.over_budget_steps &&
+           a.budget_violations == b.budget_violations && a.max_resident == b.max_resident;
   }
 };
 
@@ -330,7 +333,8 @@ inline md::config run_config(const eval_settings& s, std::size_t page_size, std:
 }
 
 /// Sums per-layer rows into one per-token row, checking the shape the engine returned.
-inline void sum_layers(const std::vector<std::vector<float>>& layer_mass, std::size_t expected, std::vector<float>& out) {
+inline void sum_layers(const std::vector<std::vector<float>>& layer_mass, std::size_t expected,
+                       std::vector<float>& out) {
   if (layer_mass.empty()) throw std::runtime_error("the session returned no attention rows");
   out.assign(expected, 0.0f);
   for (std::size_t l = 0; l < layer_mass.size(); ++l) {
@@ -358,9 +362,9 @@ namespace detail {
 /// and a copy of the session at each budget's fork step.
 template <class Session>
 struct full_run {
-  std::vector<std::uint8_t> answers;           ///< per probe: recalled
-  std::vector<std::vector<float>> mass;        ///< per step (fork only)
-  std::vector<std::size_t> fork_step;          ///< per budget: first step whose end exceeds the budget
+  std::vector<std::uint8_t> answers;             ///< per probe: recalled
+  std::vector<std::vector<float>> mass;          ///< per step (fork only)
+  std::vector<std::size_t> fork_step;            ///< per budget: first step whose end exceeds the budget
   std::vector<std::optional<Session>> snapshot;  ///< per budget: the session before that step
 };
 
@@ -438,9 +442,9 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   if (spec.kind.oracle) {
     std::vector<std::uint32_t> step_end;
     for (const auto& st : sch.steps) step_end.push_back(st.end());
-    const auto plan = oracle::solve(oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size,
-                                                         budget, cfg.effective_protection(spec.page_size, n),
-                                                         cfg.effective_regions()));
+    const auto plan =
+        oracle::solve(oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size, budget,
+                                           cfg.effective_protection(spec.page_size, n), cfg.effective_regions()));
     using seq = md::policy_sequence<oracle::planned>;
     policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
   } else {
@@ -675,9 +679,8 @@ std::vector<target_result> evaluate(const std::vector<eval_target<Session>>& tar
   parallel_for(jobs.size(), threads, [&](std::size_t j) {
     const auto& tg = targets[jobs[j].target];
     const auto& ep = tg.file->episodes[jobs[j].episode];
-    outcomes[jobs[j].target][jobs[j].episode] =
-        evaluate_episode<Session>(ep, tg.file->vocab, tg.make, configs, settings[jobs[j].target],
-                                  jobs[j].episode < tg.trace_episodes, tick);
+    outcomes[jobs[j].target][jobs[j].episode] = evaluate_episode<Session>(
+        ep, tg.file->vocab, tg.make, configs, settings[jobs[j].target], jobs[j].episode < tg.trace_episodes, tick);
   });
   std::vector<target_result> out(targets.size());
   for (std::size_t t = 0; t < targets.size(); ++t) {
@@ -698,7 +701,8 @@ std::vector<target_result> evaluate(const std::vector<eval_target<Session>>& tar
 }
 
 /// A trace file of recorded full-cache episodes (memdecay-calibrate and memdecay-replay read it).
-inline md::trace::trace_file make_trace_file(std::string label, std::uint32_t layers, std::vector<md::trace::episode> eps) {
+inline md::trace::trace_file make_trace_file(std::string label, std::uint32_t layers,
+                                             std::vector<md::trace::episode> eps) {
   md::trace::trace_file f;
   f.label = std::move(label);
   f.layers = layers;

@@ -118,15 +118,15 @@ struct row {
   std::string policy;            // "full" for the full cache
   std::size_t page_size = 0;
   const ev::run_result* result = nullptr;
-  std::size_t target = 0;                                        // index into the targets / results
-  std::size_t cell = std::numeric_limits<std::size_t>::max();    // config * budgets + budget; max: the full cache
-  std::optional<ev::stats::interval> ci;                         // 95% bootstrap interval of the recall
-  std::optional<double> oracle_recall;                           // the oracle's recall on the same probes
+  std::size_t target = 0;                                      // index into the targets / results
+  std::size_t cell = std::numeric_limits<std::size_t>::max();  // config * budgets + budget; max: the full cache
+  std::optional<ev::stats::interval> ci;                       // 95% bootstrap interval of the recall
+  std::optional<double> oracle_recall;                         // the oracle's recall on the same probes
 };
 
 // Per-episode counts of one row's cell (all probes, or the unpinned ones), for the bootstrap.
-std::vector<ev::stats::counts> episode_counts(const ev::target_result& r, std::size_t cell, const md::region_table& table,
-                                              bool unpinned) {
+std::vector<ev::stats::counts> episode_counts(const ev::target_result& r, std::size_t cell,
+                                              const md::region_table& table, bool unpinned) {
   std::vector<ev::stats::counts> out;
   for (const auto& e : r.episodes) {
     const ev::run_result& x = cell == std::numeric_limits<std::size_t>::max() ? e.full : e.cells[cell];
@@ -144,9 +144,15 @@ std::string ci_text(const std::optional<ev::stats::interval>& ci) {
 }
 
 json counts_json(const ev::region_counts& c) {
-  auto rate = [](std::uint64_t k, std::uint64_t n) { return n ? json(static_cast<double>(k) / static_cast<double>(n)) : json(nullptr); };
-  return {{"probes", c.probes},     {"recalled", c.recalled},     {"recall", rate(c.recalled, c.probes)},
-          {"survived", c.survived}, {"survival", rate(c.survived, c.probes)}, {"ceiling", c.ceiling},
+  auto rate = [](std::uint64_t k, std::uint64_t n) {
+    return n ? json(static_cast<double>(k) / static_cast<double>(n)) : json(nullptr);
+  };
+  return {{"probes", c.probes},
+          {"recalled", c.recalled},
+          {"recall", rate(c.recalled, c.probes)},
+          {"survived", c.survived},
+          {"survival", rate(c.survived, c.probes)},
+          {"ceiling", c.ceiling},
           {"ceiling_recall", rate(c.ceiling, c.probes)}};
 }
 
@@ -155,10 +161,10 @@ json counts_json(const ev::region_counts& c) {
 void write_svg(const std::string& path, const std::vector<row>& rows, const std::vector<std::string>& models,
                const std::vector<std::string>& tiers, const std::vector<double>& budgets,
                const std::vector<std::string>& configs, const md::region_table& table) {
-  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
-                                  "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363", "#9c9ede",
-                                  "#cedb9c", "#e7cb94", "#e7969c"};
+  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
+                                  "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
+                                  "#756bb1", "#636363", "#9c9ede", "#cedb9c", "#e7cb94", "#e7969c"};
   const double panel_w = 520, panel_h = 200, margin_l = 60, margin_t = 50, gap = 70;
   const double legend_h = 22.0 * static_cast<double>((configs.size() + 3) / 4) + 20;
   const std::size_t panel_rows = models.size() * 2;
@@ -169,7 +175,8 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-eval: probe recall "
     << "under online eviction (dashed: full cache; red dotted: the oracle; whiskers: 95% bootstrap intervals)</text>\n";
-  auto find = [&](const std::string& m, const std::string& t, std::optional<double> b, const std::string& label) -> const row* {
+  auto find = [&](const std::string& m, const std::string& t, std::optional<double> b,
+                  const std::string& label) -> const row* {
     for (const auto& r : rows) {
       const std::string l = r.policy == "full" ? "full" : r.policy + "/p" + std::to_string(r.page_size);
       if (r.model == m && r.tier == t && r.budget == b && l == label) return &r;
@@ -187,8 +194,8 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
           return c.probes ? static_cast<double>(c.recalled) / static_cast<double>(c.probes) : 0.0;
         };
         s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
-          << xml_escape(models[m]) << ", " << xml_escape(tiers[t]) << ": " << (metric == 0 ? "recall" : "unpinned recall")
-          << "</text>\n";
+          << xml_escape(models[m]) << ", " << xml_escape(tiers[t]) << ": "
+          << (metric == 0 ? "recall" : "unpinned recall") << "</text>\n";
         for (int k = 0; k <= 5; ++k) {
           const double y = y0 + panel_h - panel_h * k / 5.0;
           s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
@@ -208,8 +215,8 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
             const double h = panel_h * std::min(1.0, v);
             s << "<rect x=\"" << gx + static_cast<double>(c) * bar_w << "\" y=\"" << y0 + panel_h - h << "\" width=\""
               << bar_w * 0.9 << "\" height=\"" << h << "\" fill=\"" << palette[c % std::size(palette)] << "\"><title>"
-              << xml_escape(configs[c]) << ", budget " << budget_text(budgets[b]) << ": " << pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000)
-              << "</title></rect>\n";
+              << xml_escape(configs[c]) << ", budget " << budget_text(budgets[b]) << ": "
+              << pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000) << "</title></rect>\n";
             if (metric == 0 && r->ci) {  // the 95% bootstrap interval
               const double cx = gx + (static_cast<double>(c) + 0.45) * bar_w;
               const double ylo = y0 + panel_h - panel_h * std::clamp(r->ci->lower, 0.0, 1.0);
@@ -230,7 +237,8 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
             const double y = y0 + panel_h - panel_h * std::min(1.0, value(*oracle->result));
             s << "<line x1=\"" << gx << "\" y1=\"" << y << "\" x2=\"" << gx + group_w * 0.85 << "\" y2=\"" << y
               << "\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"2,3\"><title>oracle (page "
-              << oracle->page_size << "): " << pct(static_cast<std::uint64_t>(std::lround(value(*oracle->result) * 1e6)), 1000000)
+              << oracle->page_size
+              << "): " << pct(static_cast<std::uint64_t>(std::lround(value(*oracle->result) * 1e6)), 1000000)
               << "</title></line>\n";
           }
         }
@@ -240,9 +248,9 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
             << "\" stroke=\"black\" stroke-dasharray=\"6,4\"><title>full cache: "
             << pct(static_cast<std::uint64_t>(std::lround(value(*full->result) * 1e6)), 1000000) << "</title></line>\n";
         }
-        s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y0 + panel_h
-          << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\""
-          << y0 + panel_h << "\" stroke=\"black\"/>\n";
+        s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\""
+          << y0 + panel_h << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0
+          << "\" y2=\"" << y0 + panel_h << "\" stroke=\"black\"/>\n";
       }
     }
   const double ly = margin_t + static_cast<double>(panel_rows) * (panel_h + gap) - 20;
@@ -261,8 +269,8 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
 
 void check_vocab(const ev::episode_file& f, const ev::vocab_layout& v, const std::string& model) {
   auto bad = [&](const std::string& field, long a, long b) {
-    throw std::runtime_error("episode file '" + f.source + "' was generated for another vocabulary than model '" + model +
-                             "' (" + field + ": " + std::to_string(a) + " in the file, " + std::to_string(b) +
+    throw std::runtime_error("episode file '" + f.source + "' was generated for another vocabulary than model '" +
+                             model + "' (" + field + ": " + std::to_string(a) + " in the file, " + std::to_string(b) +
                              " in the model)");
   };
   const auto& e = f.vocab;
@@ -289,9 +297,11 @@ int run(options& o) {
   if (!o.plot_path.empty() && std::filesystem::path(o.plot_path).extension() != ".svg")
     throw std::runtime_error("--plot '" + o.plot_path + "': only SVG output is supported (give a path ending in .svg)");
   for (auto p : o.page_sizes)
-    if (p == 0 || (p & (p - 1)) != 0) throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
+    if (p == 0 || (p & (p - 1)) != 0)
+      throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
   for (auto p : o.baseline_page_sizes)
-    if (p == 0 || (p & (p - 1)) != 0) throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
+    if (p == 0 || (p & (p - 1)) != 0)
+      throw std::runtime_error("page size " + std::to_string(p) + " is not a power of two");
 
   ev::eval_settings settings;
   settings.budgets = o.budgets;
@@ -311,7 +321,8 @@ int run(options& o) {
       if (name == "all" || name == k.name || (name == "baselines" && k.name.rfind("memdecay-", 0) != 0 && !k.oracle) ||
           (name == "memdecay" && k.name.rfind("memdecay-", 0) == 0)) {
         found = true;
-        if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; })) chosen.push_back(k);
+        if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; }))
+          chosen.push_back(k);
       }
     if (!found && name.rfind("memdecay-", 0) == 0 && name.find('+') != std::string::npos) {
       const std::string mode_name = name.substr(9, name.find('+') - 9), variant = name.substr(name.find('+') + 1);
@@ -335,15 +346,17 @@ int run(options& o) {
     if (!found) {
       std::string names;
       for (const auto& k : kinds) names += " " + k.name;
-      throw std::runtime_error("unknown policy '" + name + "' (known: all memdecay baselines" + names +
-                               ", any of them with -unpinned, memdecay-<mode>+<ablation> with ablation prior-only, attention-only, "
-                               "no-refresh or recent-half)");
+      throw std::runtime_error(
+          "unknown policy '" + name + "' (known: all memdecay baselines" + names +
+          ", any of them with -unpinned, memdecay-<mode>+<ablation> with ablation prior-only, attention-only, "
+          "no-refresh or recent-half)");
     }
   }
   std::vector<ev::config_spec> configs;
   std::vector<std::size_t> every_page_size = o.page_sizes;  // the oracle runs at every page size in use
   for (auto p : o.baseline_page_sizes)
-    if (std::find(every_page_size.begin(), every_page_size.end(), p) == every_page_size.end()) every_page_size.push_back(p);
+    if (std::find(every_page_size.begin(), every_page_size.end(), p) == every_page_size.end())
+      every_page_size.push_back(p);
   for (const auto& k : chosen) {
     const bool is_memdecay = k.name.rfind("memdecay-", 0) == 0;
     for (auto p : k.oracle ? every_page_size : is_memdecay ? o.page_sizes : o.baseline_page_sizes)
@@ -441,10 +454,11 @@ int run(options& o) {
     for (std::size_t t = 0; t < targets.size(); ++t) {
       if (results[t].trace.empty()) continue;
       const auto& model = models[t / files.size()];
-      const auto path = std::filesystem::path(o.traces_dir) / (model.name() + "-" + targets[t].file->label() + ".mdtrace");
-      md::trace::write_file(path, ev::make_trace_file(targets[t].file->label(),
-                                                      static_cast<std::uint32_t>(model.config().n_layers),
-                                                      std::move(results[t].trace)));
+      const auto path =
+          std::filesystem::path(o.traces_dir) / (model.name() + "-" + targets[t].file->label() + ".mdtrace");
+      md::trace::write_file(
+          path, ev::make_trace_file(targets[t].file->label(), static_cast<std::uint32_t>(model.config().n_layers),
+                                    std::move(results[t].trace)));
       trace_paths.push_back(path.string());
     }
 
@@ -478,12 +492,14 @@ int run(options& o) {
     for (const auto& q : rows)
       if (q.policy == "oracle" && q.model == r.model && q.tier == r.tier && q.budget == r.budget &&
           q.page_size == r.page_size && q.result->total().probes > 0)
-        r.oracle_recall = static_cast<double>(q.result->total().recalled) / static_cast<double>(q.result->total().probes);
+        r.oracle_recall =
+            static_cast<double>(q.result->total().recalled) / static_cast<double>(q.result->total().probes);
   }
   auto of_oracle = [](const row& r, std::uint64_t recalled, std::uint64_t probes) -> std::string {
     if (!r.oracle_recall || probes == 0 || *r.oracle_recall <= 0) return "-";
     char b[32];
-    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * static_cast<double>(recalled) / static_cast<double>(probes) / *r.oracle_recall);
+    std::snprintf(b, sizeof b, "%.1f%%",
+                  100.0 * static_cast<double>(recalled) / static_cast<double>(probes) / *r.oracle_recall);
     return b;
   };
   // Pooled over the tiers of one model: strata = tiers.
@@ -509,22 +525,25 @@ int run(options& o) {
   md_out << "Protocol: prefilled segments in chunks of " << o.prefill_chunk
          << " tokens, generated ones a token per step; online eviction (every policy run re-runs the model); probes "
             "forked (greedy, 1 token), recall = the answer token; last "
-         << o.recent_tokens << " tokens protected" << (o.pin_plan ? ", plan pinned" : "") << "; budget = floor(fraction x "
+         << o.recent_tokens << " tokens protected" << (o.pin_plan ? ", plan pinned" : "")
+         << "; budget = floor(fraction x "
          << "episode tokens).\n";
   for (std::size_t i = 0; i < files.size(); ++i)
     md_out << "Episodes: " << files[i].source << " (" << files[i].label() << ", seed " << files[i].seed << ", "
            << (targets.empty() ? 0 : targets[i].episodes()) << " of " << files[i].episodes.size() << " episodes)\n";
   for (const auto& c : calibration_text) md_out << "Calibration: " << c << "\n";
-  md_out << "\n| model | tier | budget | policy | page | probes | recall | 95% CI | of full | of oracle | survival | pinned | "
+  md_out << "\n| model | tier | budget | policy | page | probes | recall | 95% CI | of full | of oracle | survival | "
+            "pinned | "
             "unpinned | over-budget steps |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rows) {
     const auto tot = r.result->total();
     const auto pin = r.result->by_pinned(table, true), unpin = r.result->by_pinned(table, false);
     md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
            << (r.policy == "full" ? "**full cache**" : r.policy) << " | " << r.page_size << " | " << tot.probes << " | "
-           << pct(tot.recalled, tot.probes) << " | " << ci_text(r.ci) << " | " << pct(tot.recalled, tot.ceiling) << " | "
-           << of_oracle(r, tot.recalled, tot.probes) << " | " << pct(tot.survived, tot.probes) << " | " << frac(pin.recalled, pin.probes) << " | "
-           << pct(unpin.recalled, unpin.probes) << " | " << r.result->over_budget_steps << " |\n";
+           << pct(tot.recalled, tot.probes) << " | " << ci_text(r.ci) << " | " << pct(tot.recalled, tot.ceiling)
+           << " | " << of_oracle(r, tot.recalled, tot.probes) << " | " << pct(tot.survived, tot.probes) << " | "
+           << frac(pin.recalled, pin.probes) << " | " << pct(unpin.recalled, unpin.probes) << " | "
+           << r.result->over_budget_steps << " |\n";
   }
   md_out << "\nRecall per region of the fact\n\n| model | tier | budget | policy | page |";
   for (const auto& p : table.params()) md_out << " " << p.name << (p.pinned ? " (pinned)" : "") << " |";
@@ -579,9 +598,10 @@ int run(options& o) {
   }
   // The question of the evaluation: MemDecay's best mode against the best baseline at each page size and budget,
   // tiers pooled, with the paired bootstrap interval of the difference (a tie when it contains 0).
-  md_out << "\nMemDecay against the best baseline (tiers pooled; recall difference in points, paired 95% bootstrap "
-            "interval over episodes)\n\n| model | page | budget | best MemDecay | best baseline | difference | 95% CI | "
-            "verdict |\n|---|---:|---:|---|---|---:|---:|---|\n";
+  md_out
+      << "\nMemDecay against the best baseline (tiers pooled; recall difference in points, paired 95% bootstrap "
+         "interval over episodes)\n\n| model | page | budget | best MemDecay | best baseline | difference | 95% CI | "
+         "verdict |\n|---|---:|---:|---|---|---:|---:|---|\n";
   for (const auto& m : model_names)
     for (std::size_t page : every_page_size)
       for (std::size_t bi = 0; bi < o.budgets.size(); ++bi) {
@@ -591,8 +611,8 @@ int run(options& o) {
           for (std::size_t ci = 0; ci < configs.size(); ++ci) {
             const auto& c = configs[ci];
             if (c.page_size != page || c.kind.oracle || (c.kind.name.rfind("memdecay-", 0) == 0) != memdecay) continue;
-            const auto v = ev::stats::bootstrap(pooled_strata(m, ci * o.budgets.size() + bi, false), nullptr,
-                                                {.resamples = 0});
+            const auto v =
+                ev::stats::bootstrap(pooled_strata(m, ci * o.budgets.size() + bi, false), nullptr, {.resamples = 0});
             if (v.estimate > value) value = v.estimate, pick = ci;
           }
           return pick;
@@ -605,12 +625,15 @@ int run(options& o) {
         std::snprintf(line, sizeof line, "| %s | %zu | %s | %s | %s | %+.1f | [%+.1f, %+.1f] | %s |\n", m.c_str(), page,
                       budget_text(o.budgets[bi]).c_str(), configs[*md_best].kind.name.c_str(),
                       configs[*base_best].kind.name.c_str(), 100.0 * d.estimate, 100.0 * d.lower, 100.0 * d.upper,
-                      d.contains_zero() ? "tie" : d.estimate > 0 ? "MemDecay ahead" : "baseline ahead");
+                      d.contains_zero() ? "tie"
+                      : d.estimate > 0  ? "MemDecay ahead"
+                                        : "baseline ahead");
         md_out << line;
       }
   std::uint64_t violations = 0;
   for (const auto& r : rows) violations += r.result->budget_violations;
-  if (violations > 0) md_out << "\nWARNING: " << violations << " steps ended above the budget without a pinned/protected reason\n";
+  if (violations > 0)
+    md_out << "\nWARNING: " << violations << " steps ended above the budget without a pinned/protected reason\n";
   if (!trace_paths.empty()) {
     md_out << "\nTraces (full-cache attention):";
     for (const auto& p : trace_paths) md_out << " " << p;
@@ -625,8 +648,9 @@ int run(options& o) {
   }
 
   if (!o.json_path.empty()) {
-    json j{{"tool", "memdecay-eval"}, {"version", md::version_string}, {"seconds", seconds}, {"threads", o.threads},
-           {"probe_answers", answered}, {"probes", distinct}, {"episode_runs", episodes}};
+    json j{{"tool", "memdecay-eval"}, {"version", md::version_string}, {"seconds", seconds},
+           {"threads", o.threads},    {"probe_answers", answered},     {"probes", distinct},
+           {"episode_runs", episodes}};
     j["settings"] = {{"budgets", o.budgets},
                      {"budget_unit", "fraction of each episode's tokens (floor)"},
                      {"prefill_chunk", o.prefill_chunk},
@@ -652,8 +676,11 @@ int run(options& o) {
     j["models"] = std::move(jm);
     json jt = json::array();
     for (std::size_t i = 0; i < files.size(); ++i)
-      jt.push_back({{"label", files[i].label()}, {"path", files[i].source}, {"seed", files[i].seed},
-                    {"episodes", targets.empty() ? 0 : targets[i].episodes()}, {"episodes_in_file", files[i].episodes.size()}});
+      jt.push_back({{"label", files[i].label()},
+                    {"path", files[i].source},
+                    {"seed", files[i].seed},
+                    {"episodes", targets.empty() ? 0 : targets[i].episodes()},
+                    {"episodes_in_file", files[i].episodes.size()}});
     j["tiers"] = std::move(jt);
     json jp = json::array();
     for (const auto& k : chosen) jp.push_back({{"name", k.name}, {"description", k.description}});
@@ -670,7 +697,8 @@ int run(options& o) {
       cell["pinned"] = counts_json(x.by_pinned(table, true));
       cell["unpinned"] = counts_json(x.by_pinned(table, false));
       json regions = json::object();
-      for (std::size_t i = 0; i < table.size(); ++i) regions[table[static_cast<md::region_id>(i)].name] = counts_json(x.regions[i]);
+      for (std::size_t i = 0; i < table.size(); ++i)
+        regions[table[static_cast<md::region_id>(i)].name] = counts_json(x.regions[i]);
       cell["regions"] = std::move(regions);
       cell["episodes"] = x.episodes;
       cell["tokens"] = x.tokens;
@@ -732,7 +760,9 @@ int main(int argc, char** argv) {
   app.add_option("--models", o.models, "Models: names under --data-dir, or .safetensors paths")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--tiers", o.tiers, "Tiers: episodes-<tier>.json under --data-dir")->delimiter(',')->capture_default_str();
+  app.add_option("--tiers", o.tiers, "Tiers: episodes-<tier>.json under --data-dir")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--families", o.families,
                  "Episode families under --data-dir: control (episodes-<tier>.json: probe times independent of the "
                  "region) and need-aligned (episodes-need-<tier>.json: each region's own future need)")
@@ -745,9 +775,10 @@ int main(int argc, char** argv) {
   app.add_option("--budgets,-b", o.budgets, "Budgets as fractions in (0, 1] of each episode's tokens")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--policies,-p", o.policies,
-                 "Policies: all, memdecay (the four normalisations), baselines, or names (--list-policies); NAME-unpinned "
-                 "runs NAME with no region pinned")
+  app.add_option(
+         "--policies,-p", o.policies,
+         "Policies: all, memdecay (the four normalisations), baselines, or names (--list-policies); NAME-unpinned "
+         "runs NAME with no region pinned")
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--page-sizes", o.page_sizes, "Page sizes for MemDecay")->delimiter(',')->capture_default_str();
@@ -759,7 +790,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   app.add_option("--json", o.json_path, "Write every number as JSON to PATH")->type_name("PATH");
   app.add_option("--markdown", o.markdown_path, "Also write the markdown tables to PATH")->type_name("PATH");
-  app.add_option("--plot", o.plot_path, "Write an SVG chart of recall and unpinned recall to PATH (.svg)")->type_name("PATH");
+  app.add_option("--plot", o.plot_path, "Write an SVG chart of recall and unpinned recall to PATH (.svg)")
+      ->type_name("PATH");
   app.add_option("--plot-policies", o.plot_policies, "Draw only these policies in --plot (default: all)")
       ->delimiter(',');
   app.add_option("--record-traces", o.traces_dir,
@@ -782,9 +814,11 @@ int main(int argc, char** argv) {
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
   app.add_option("--h2o-recent-fraction", o.h2o_recent_fraction,
                  "H2O: the recent window's share of the budget (default 0.5, the source's heavy_ratio = recent_ratio)");
-  app.add_option("--snapkv-window", o.snapkv_window, "SnapKV: observations that vote (default 64, the source's window_size)");
-  app.add_option("--scissorhands-history", o.scissorhands_history,
-                 "Scissorhands: observations remembered (default 64; the source's 400 is above this implementation's 64)");
+  app.add_option("--snapkv-window", o.snapkv_window,
+                 "SnapKV: observations that vote (default 64, the source's window_size)");
+  app.add_option(
+      "--scissorhands-history", o.scissorhands_history,
+      "Scissorhands: observations remembered (default 64; the source's 400 is above this implementation's 64)");
   app.add_flag("--no-fork", o.no_fork,
                "Run every policy from the first token instead of from the full cache's state at its first eviction "
                "(same results, about twice the time)");
@@ -805,8 +839,7 @@ int main(int argc, char** argv) {
     if (o.list_policies) {
       auto kinds = ev::all_policy_kinds(catalogue(o));
       kinds.push_back(ev::oracle_kind());
-      for (const auto& k : kinds)
-        std::printf("%-20s %s\n", k.name.c_str(), k.description.c_str());
+      for (const auto& k : kinds) std::printf("%-20s %s\n", k.name.c_str(), k.description.c_str());
       return 0;
     }
     if (o.quick) apply_quick(o, app);

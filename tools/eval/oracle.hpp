@@ -70,7 +70,8 @@ struct problem {
   [[nodiscard]] std::size_t tokens() const noexcept { return step_end.empty() ? 0 : step_end.back(); }
   /// The first step after which page p holds a token.
   [[nodiscard]] std::size_t arrival(std::size_t p) const noexcept {
-    return static_cast<std::size_t>(std::upper_bound(step_end.begin(), step_end.end(), p * page_size) - step_end.begin());
+    return static_cast<std::size_t>(std::upper_bound(step_end.begin(), step_end.end(), p * page_size) -
+                                    step_end.begin());
   }
   /// Whether page p (present after step i) is protected then: pinned, a sink, partial, or holding a recent token.
   [[nodiscard]] bool is_protected(std::size_t p, std::size_t i) const noexcept {

@@ -58,7 +58,8 @@ struct options {
 
 // Every policy the tool knows, in the order tables list them.
 std::vector<rp::policy_entry> known_policies(const options& o) {
-  return rp::all_policies(rp::memdecay_options::memdecay(o.alpha, o.tau, o.ewma_beta), {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens});
+  return rp::all_policies(rp::memdecay_options::memdecay(o.alpha, o.tau, o.ewma_beta),
+                          {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens});
 }
 
 std::vector<rp::policy_entry> chosen_policies(const options& o) {
@@ -179,12 +180,13 @@ json to_json(const rp::cell_result& c, const std::vector<std::string>& region_na
   json regions = json::object();
   for (std::size_t r = 0; r < region_names.size(); ++r) {
     const auto& g = c.regions[r];
-    regions[region_names[r]] = {{"probes", g.probes},
-                                {"survived", g.survived},
-                                {"survival", g.probes ? json(static_cast<double>(g.survived) / g.probes) : json(nullptr)},
-                                {"attention_lost", g.lost_mass},
-                                {"attention_loss", c.total_mass > 0 ? g.lost_mass / c.total_mass : 0.0},
-                                {"evicted_tokens", g.evicted_tokens}};
+    regions[region_names[r]] = {
+        {"probes", g.probes},
+        {"survived", g.survived},
+        {"survival", g.probes ? json(static_cast<double>(g.survived) / g.probes) : json(nullptr)},
+        {"attention_lost", g.lost_mass},
+        {"attention_loss", c.total_mass > 0 ? g.lost_mass / c.total_mass : 0.0},
+        {"evicted_tokens", g.evicted_tokens}};
   }
   j["regions"] = std::move(regions);
   return j;
@@ -192,8 +194,9 @@ json to_json(const rp::cell_result& c, const std::vector<std::string>& region_na
 
 // Grouped bars: one panel per tier; top row probe survival, bottom row attention loss; groups = budgets,
 // bars = policies.
-void write_svg(const std::string& path, const std::vector<rp::cell_result>& cells, const std::vector<std::string>& policies,
-               const std::vector<double>& budgets, const std::vector<std::string>& tiers) {
+void write_svg(const std::string& path, const std::vector<rp::cell_result>& cells,
+               const std::vector<std::string>& policies, const std::vector<double>& budgets,
+               const std::vector<std::string>& tiers) {
   static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                                   "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
   const double panel_w = 460, panel_h = 220, margin_l = 60, margin_t = 50, gap = 70;
@@ -317,9 +320,15 @@ int run(const options& o) {
     log.open(o.log_path);
     if (!log) throw md::input_error("--log-evictions: cannot create '" + o.log_path + "'");
     sink = [&](const rp::eviction_context& ctx, const rp::eviction_record& e) {
-      json j{{"policy", *ctx.policy}, {"budget", ctx.budget},       {"tier", *ctx.tier},
-             {"sequence", ctx.episode}, {"episode", *ctx.episode_name}, {"step", ctx.step},
-             {"page", e.page},          {"first_position", e.first_position}, {"tokens", e.tokens},
+      json j{{"policy", *ctx.policy},
+             {"budget", ctx.budget},
+             {"tier", *ctx.tier},
+             {"sequence", ctx.episode},
+             {"episode", *ctx.episode_name},
+             {"step", ctx.step},
+             {"page", e.page},
+             {"first_position", e.first_position},
+             {"tokens", e.tokens},
              {"score", e.score}};
       if (e.has_terms) {
         j["decay"] = e.decay;
@@ -393,12 +402,14 @@ int run(const options& o) {
   if (calibration) {
     std::size_t calibrated = 0;
     for (const auto& r : calibration->regions) calibrated += r.calibrated() ? 1 : 0;
-    std::printf("Calibration: %s (%zu regions, %zu calibrated: their decay rates, and every region's base priority, "
-                "replace the defaults)\n",
-                o.calibration_path.c_str(), calibration->regions.size(), calibrated);
+    std::printf(
+        "Calibration: %s (%zu regions, %zu calibrated: their decay rates, and every region's base priority, "
+        "replace the defaults)\n",
+        o.calibration_path.c_str(), calibration->regions.size(), calibrated);
   }
-  if (o.generate) std::printf("Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md)\n",
-                              static_cast<unsigned long long>(o.seed));
+  if (o.generate)
+    std::printf("Traces: generated, seed %llu (the attention in them is synthetic: docs/trace-format.md)\n",
+                static_cast<unsigned long long>(o.seed));
   std::printf("\n");
   print_tables(cells, region_names);
 
@@ -416,9 +427,11 @@ int run(const options& o) {
     j["policies"] = std::move(pol);
     json tj = json::array();
     for (const auto& f : files)
-      tj.push_back({{"label", f.label}, {"episodes", f.episodes.size()}, {"probes", f.count_probes()}, {"layers", f.layers}});
+      tj.push_back(
+          {{"label", f.label}, {"episodes", f.episodes.size()}, {"probes", f.count_probes()}, {"layers", f.layers}});
     j["traces"] = std::move(tj);
-    if (o.generate) j["generated"] = {{"seed", o.seed}, {"probes_per_tier", o.probes_per_tier}, {"synthetic_attention", true}};
+    if (o.generate)
+      j["generated"] = {{"seed", o.seed}, {"probes_per_tier", o.probes_per_tier}, {"synthetic_attention", true}};
     json cj = json::array();
     for (const auto& c : cells) cj.push_back(to_json(c, region_names));
     j["results"] = std::move(cj);
@@ -457,7 +470,8 @@ int main(int argc, char** argv) {
   app.add_option("--layers", o.layers, "Attention layers per generated observation (replay averages them)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
-  app.add_option("--write-traces", o.write_traces, "Also write the generated traces to DIR/<tier>.mdtrace")->type_name("DIR");
+  app.add_option("--write-traces", o.write_traces, "Also write the generated traces to DIR/<tier>.mdtrace")
+      ->type_name("DIR");
   app.add_option("--policy,-p", o.policies,
                  "Policies to compare, comma-separated or repeated; 'all' (default) is every one (--list-policies)")
       ->delimiter(',')
@@ -470,10 +484,12 @@ int main(int argc, char** argv) {
   app.add_option("--page-size", o.page_size, "Tokens per KV page (a power of two)")->capture_default_str();
   app.add_option("--recent-tokens", o.recent_tokens, "Pages holding the last N resident tokens are never evicted")
       ->capture_default_str();
-  app.add_option("--sink-pages", o.sink_pages, "The first N pages are never evicted (attention sinks)")->capture_default_str();
+  app.add_option("--sink-pages", o.sink_pages, "The first N pages are never evicted (attention sinks)")
+      ->capture_default_str();
   app.add_flag("--pin-plan", o.pin_plan, "Pin the plan region as well as the system prompt");
   app.add_option("--alpha", o.alpha, "MemDecay: weight of the attention EWMA (default 1; 0.5 for zscore)");
-  app.add_option("--tau", o.tau, "MemDecay: refresh threshold (default 0.01 for none; 2 for uniform, lifetime and zscore)");
+  app.add_option("--tau", o.tau,
+                 "MemDecay: refresh threshold (default 0.01 for none; 2 for uniform, lifetime and zscore)");
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
   app.add_option("--calibration", o.calibration_path,
                  "Load a calibration file (memdecay-calibrate, docs/calibration.md): its fitted decay rates and its "

@@ -53,11 +53,11 @@ namespace memdecay::replay {
 
 /// One eviction decision, with what made it (for --log-evictions).
 struct eviction_record {
-  std::size_t page = 0;                 ///< logical page index in the resident layout at the time
-  std::uint64_t first_position = 0;     ///< absolute position of its first token
+  std::size_t page = 0;              ///< logical page index in the resident layout at the time
+  std::uint64_t first_position = 0;  ///< absolute position of its first token
   std::size_t tokens = 0;
   double score = 0;
-  bool has_terms = false;               ///< decay/attention are the MemDecay terms (other policies: score only)
+  bool has_terms = false;  ///< decay/attention are the MemDecay terms (other policies: score only)
   double decay = 0;
   double attention = 0;
   std::vector<std::pair<region_id, std::size_t>> regions;  ///< tokens per region, ascending id
@@ -149,23 +149,23 @@ inline std::vector<policy_entry> all_policies(const memdecay_options& m, const p
 struct region_result {
   std::size_t probes = 0;
   std::size_t survived = 0;
-  double lost_mass = 0;            ///< attention mass on evicted tokens of this region
+  double lost_mass = 0;  ///< attention mass on evicted tokens of this region
   std::uint64_t evicted_tokens = 0;
 };
 
 /// One policy x budget x tier cell.
 struct cell_result {
   std::string policy;
-  double budget = 0;               ///< fraction of each episode's length
+  double budget = 0;  ///< fraction of each episode's length
   std::string tier;
   std::size_t episodes = 0;
   std::size_t probes = 0;
   std::size_t survived = 0;
-  double total_mass = 0;           ///< attention mass observed (sum of the trace rows)
-  double lost_mass = 0;            ///< of which on evicted tokens
+  double total_mass = 0;  ///< attention mass observed (sum of the trace rows)
+  double lost_mass = 0;   ///< of which on evicted tokens
   std::uint64_t evicted_pages = 0;
   std::uint64_t evicted_tokens = 0;
-  std::uint64_t over_budget = 0;   ///< evictions that could not reach the budget (pinned/protected pages)
+  std::uint64_t over_budget = 0;  ///< evictions that could not reach the budget (pinned/protected pages)
   std::vector<region_result> regions;
 
   [[nodiscard]] double survival() const noexcept {
@@ -179,7 +179,7 @@ struct eviction_context {
   const std::string* policy;
   double budget;
   const std::string* tier;
-  std::size_t episode;             ///< index in the tier (the block pool's sequence)
+  std::size_t episode;  ///< index in the tier (the block pool's sequence)
   const std::string* episode_name;
   step_t step;
 };
@@ -215,17 +215,18 @@ inline void check_budget(const replay_settings& s, double fraction, const trace:
     for (const auto& ev : ep.events)
       if (const auto* seg = std::get_if<trace::segment>(&ev)) {
         if (table.contains(seg->region) && table.pinned(seg->region))
-          for (std::uint64_t p = pos / s.page_size; p <= (pos + seg->tokens - 1) / s.page_size; ++p) pinned_pages.insert(p);
+          for (std::uint64_t p = pos / s.page_size; p <= (pos + seg->tokens - 1) / s.page_size; ++p)
+            pinned_pages.insert(p);
         pos += seg->tokens;
       }
     const auto budget = static_cast<std::uint64_t>(std::floor(fraction * static_cast<double>(pos)));
     const std::uint64_t pinned = pinned_pages.size() * s.page_size;
     if (budget < pinned)
-      memdecay::detail::raise_input("budget " + memdecay::detail::to_text(fraction) + " of " + file.label + " episode " +
-                                    std::to_string(e) + " ('" + ep.name + "') is " + std::to_string(budget) +
-                                    " tokens, below its pinned set of " + std::to_string(pinned) + " tokens (" +
-                                    std::to_string(pinned_pages.size()) + " pinned pages of " +
-                                    std::to_string(s.page_size) + ")");
+      memdecay::detail::raise_input("budget " + memdecay::detail::to_text(fraction) + " of " + file.label +
+                                    " episode " + std::to_string(e) + " ('" + ep.name + "') is " +
+                                    std::to_string(budget) + " tokens, below its pinned set of " +
+                                    std::to_string(pinned) + " tokens (" + std::to_string(pinned_pages.size()) +
+                                    " pinned pages of " + std::to_string(s.page_size) + ")");
   }
 }
 
@@ -237,8 +238,9 @@ inline void check_regions(const trace::trace_file& file, const region_table& tab
                                     "') is not in the policy's region table (" + std::to_string(table.size()) +
                                     " regions)");
     if (table[static_cast<region_id>(r)].name != file.region_names[r])
-      memdecay::detail::raise_input(file.label + ": trace region " + std::to_string(r) + " is '" + file.region_names[r] +
-                                    "', the policy's region table calls it '" + table[static_cast<region_id>(r)].name + "'");
+      memdecay::detail::raise_input(file.label + ": trace region " + std::to_string(r) + " is '" +
+                                    file.region_names[r] + "', the policy's region table calls it '" +
+                                    table[static_cast<region_id>(r)].name + "'");
   }
 }
 

@@ -86,22 +86,22 @@ struct interval {
 /// The curve is E[x | age] = floor + amplitude * 2^(-age / half_life), x in the scaled uniform units above.
 struct curve_fit {
   fit_status status = fit_status::uncalibrated;
-  std::string reason;                 ///< why uncalibrated (empty when calibrated)
-  std::optional<double> half_life;    ///< steps; always set when calibrated, may be set (unreliable) otherwise
+  std::string reason;                    ///< why uncalibrated (empty when calibrated)
+  std::optional<double> half_life;       ///< steps; always set when calibrated, may be set (unreliable) otherwise
   std::optional<interval> half_life_ci;  ///< 95% interval; always set when calibrated
-  std::optional<double> floor;        ///< fitted long-range level (set whenever half_life is)
-  std::optional<double> amplitude;    ///< fitted excess at age 0 (set whenever half_life is)
-  std::uint64_t samples = 0;          ///< (token, observation) samples in the fit
-  std::uint64_t episodes = 0;         ///< episodes that contributed samples
+  std::optional<double> floor;           ///< fitted long-range level (set whenever half_life is)
+  std::optional<double> amplitude;       ///< fitted excess at age 0 (set whenever half_life is)
+  std::uint64_t samples = 0;             ///< (token, observation) samples in the fit
+  std::uint64_t episodes = 0;            ///< episodes that contributed samples
   friend bool operator==(const curve_fit&, const curve_fit&) = default;
 };
 
 /// The calibration of one region.
 struct region_calibration {
   std::string name;
-  double base_priority = 1.0;  ///< b_r to use (the base table's; calibration does not fit it)
-  double decay_rate = 0.0;     ///< lambda_r to use: fitted when calibrated, else the base table's default
-  curve_fit fit;               ///< the fit over the layer mean
+  double base_priority = 1.0;     ///< b_r to use (the base table's; calibration does not fit it)
+  double decay_rate = 0.0;        ///< lambda_r to use: fitted when calibrated, else the base table's default
+  curve_fit fit;                  ///< the fit over the layer mean
   std::vector<curve_fit> layers;  ///< one per layer, when the traces carry more than one layer
   friend bool operator==(const region_calibration&, const region_calibration&) = default;
 
@@ -111,7 +111,7 @@ struct region_calibration {
 
 /// A trace file the calibration was estimated from.
 struct trace_source {
-  std::string path;   ///< as given (empty for in-memory traces)
+  std::string path;  ///< as given (empty for in-memory traces)
   std::string label;
   std::uint64_t episodes = 0;
   std::uint32_t layers = 1;
@@ -155,22 +155,22 @@ enum class estimator_method : std::uint8_t {
 struct estimator_options {
   estimator_method method = estimator_method::refresh_intervals;  ///< which estimator (the rest says which options)
   // refresh_intervals only:
-  double refresh_threshold = 32.0;  ///< a row with the token's mass x >= this (uniform units) is a refresh
-  double rearm_threshold = 8.0;     ///< a token is armed for its next refresh once seen below this (<= threshold)
+  double refresh_threshold = 32.0;   ///< a row with the token's mass x >= this (uniform units) is a refresh
+  double rearm_threshold = 8.0;      ///< a token is armed for its next refresh once seen below this (<= threshold)
   std::uint64_t min_intervals = 50;  ///< fewer completed intervals: uncalibrated
   // excess_decay (and, where said, both):
-  std::uint64_t min_samples = 2000;   ///< fewer samples: uncalibrated
-  std::uint32_t min_episodes = 4;     ///< fewer contributing episodes: uncalibrated (the interval needs groups)
-  double max_ci_ratio = 2.0;          ///< interval upper / lower above this: uncalibrated (too noisy)
-  double refresh_ratio = 2.5;         ///< observed > refresh_ratio x predicted mass: a re-reference (age restarts)
-  std::uint32_t sink_positions = 4;   ///< both: the first positions of every row are left out (attention sinks)
+  std::uint64_t min_samples = 2000;     ///< fewer samples: uncalibrated
+  std::uint32_t min_episodes = 4;       ///< fewer contributing episodes: uncalibrated (the interval needs groups)
+  double max_ci_ratio = 2.0;            ///< interval upper / lower above this: uncalibrated (too noisy)
+  double refresh_ratio = 2.5;           ///< observed > refresh_ratio x predicted mass: a re-reference (age restarts)
+  std::uint32_t sink_positions = 4;     ///< both: the first positions of every row are left out (attention sinks)
   std::uint32_t recent_positions = 32;  ///< both: the newest positions of every row are left out (locality)
-  double min_half_life = 1.0;         ///< both: the fit searches half-lives in [min, max] steps ...
-  double max_half_life = 100000.0;    ///< ... and one at either end is "no decay measured" (uncalibrated)
-  std::uint32_t passes = 16;          ///< fit / re-detect / rescale passes (the first predicts a flat line)
+  double min_half_life = 1.0;           ///< both: the fit searches half-lives in [min, max] steps ...
+  double max_half_life = 100000.0;      ///< ... and one at either end is "no decay measured" (uncalibrated)
+  std::uint32_t passes = 16;            ///< fit / re-detect / rescale passes (the first predicts a flat line)
   std::uint32_t jackknife_groups = 20;  ///< both: episode groups for the interval (fewer with fewer episodes)
-  std::uint32_t max_age_bins = 1024;  ///< ages are averaged in bins of ceil((last step + 1) / max_age_bins) steps
-  bool per_layer = true;              ///< also fit every layer when the traces carry more than one
+  std::uint32_t max_age_bins = 1024;    ///< ages are averaged in bins of ceil((last step + 1) / max_age_bins) steps
+  bool per_layer = true;                ///< also fit every layer when the traces carry more than one
   friend bool operator==(const estimator_options&, const estimator_options&) = default;
 
   /// The first out-of-range option, named with its value; nothing when every option is valid.
@@ -184,8 +184,8 @@ struct estimator_options {
     if (!(refresh_threshold > 0.0) || !std::isfinite(refresh_threshold))
       return "refresh_threshold = " + to_text(refresh_threshold) + " (must be finite and > 0)";
     if (!(rearm_threshold > 0.0) || !(rearm_threshold <= refresh_threshold))
-      return "rearm_threshold = " + to_text(rearm_threshold) + " (must be > 0 and <= refresh_threshold = " +
-             to_text(refresh_threshold) + ")";
+      return "rearm_threshold = " + to_text(rearm_threshold) +
+             " (must be > 0 and <= refresh_threshold = " + to_text(refresh_threshold) + ")";
     if (min_intervals < 2) return "min_intervals = " + to_text(min_intervals) + " (at least 2)";
     if (!(refresh_ratio > 1.0) || !std::isfinite(refresh_ratio))
       return "refresh_ratio = " + to_text(refresh_ratio) + " (must be finite and > 1)";
@@ -305,7 +305,8 @@ using memdecay::detail::to_text;
 /// The 95% interval of a fitted half-life from its delete-one-group jackknife replicates (log half-lives), with
 /// Student's t, into out.half_life_ci; the reason to refuse the fit when there are too few groups or the interval
 /// is wider than `max_ci_ratio`. Both estimators share it.
-[[nodiscard]] inline std::optional<std::string> set_jackknife_interval(curve_fit& out, const std::vector<double>& leave_out,
+[[nodiscard]] inline std::optional<std::string> set_jackknife_interval(curve_fit& out,
+                                                                       const std::vector<double>& leave_out,
                                                                        double max_ci_ratio) {
   const std::size_t k = leave_out.size();
   if (k < 2) return "too few episode groups for an interval (" + to_text(k) + ")";
@@ -323,7 +324,6 @@ using memdecay::detail::to_text;
   return std::nullopt;
 }
 
-
 // Sums of one age bin.
 struct bin {
   double n = 0, age = 0, y = 0;
@@ -331,7 +331,7 @@ struct bin {
 
 // Bins of one (channel, region): per jackknife group, per age bin.
 struct curve_data {
-  std::vector<std::vector<bin>> groups;  // [group][age bin]
+  std::vector<std::vector<bin>> groups;    // [group][age bin]
   std::vector<std::uint8_t> episode_seen;  // per episode (global index): contributed samples
   std::uint64_t samples = 0;
 };
@@ -455,9 +455,11 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
   switch (f) {
     case fit_outcome::ok: return {};
     case fit_outcome::too_few_bins: return "too few distinct ages to fit a curve";
-    case fit_outcome::at_min: return "decays faster than the search range (half-life below " + to_text(o.min_half_life) + " steps)";
+    case fit_outcome::at_min:
+      return "decays faster than the search range (half-life below " + to_text(o.min_half_life) + " steps)";
     case fit_outcome::at_max:
-      return "no decay measured (half-life beyond " + to_text(o.max_half_life) + " steps or longer than the traces show)";
+      return "no decay measured (half-life beyond " + to_text(o.max_half_life) +
+             " steps or longer than the traces show)";
     case fit_outcome::no_decay: return "no excess attention that decays with age";
   }
   return {};
@@ -465,7 +467,7 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
 
 // The full fit, the jackknife interval and the calibrated/uncalibrated decision for one (channel, region).
 [[nodiscard]] inline std::pair<curve_fit, curve> finish(const curve_data& d, const estimator_options& o,
-                                                          bool final_pass = true) {
+                                                        bool final_pass = true) {
   curve_fit out;
   out.samples = d.samples;
   out.episodes = static_cast<std::uint64_t>(std::count(d.episode_seen.begin(), d.episode_seen.end(), std::uint8_t{1}));
@@ -497,7 +499,8 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
     for (const auto& b : d.groups[k]) any = any || b.n > 0;
     if (!any) continue;
     auto [c, why] = fit_curve(merge(d, k), o);
-    if (why != fit_outcome::ok) return refuse("unstable: leaving out episode group " + to_text(k) + " gives: " + outcome_text(why, o));
+    if (why != fit_outcome::ok)
+      return refuse("unstable: leaving out episode group " + to_text(k) + " gives: " + outcome_text(why, o));
     leave_out.push_back(std::log(std::numbers::ln2 / c.lambda));
   }
   if (auto why = set_jackknife_interval(out, leave_out, o.max_ci_ratio)) return refuse(std::move(*why));
@@ -513,7 +516,8 @@ inline std::string outcome_text(fit_outcome f, const estimator_options& o) {
 // [0, the row's smallest recorded entry] (an empty sparse row bounds nothing). Reading it as 0 would turn every old
 // token into a zero sample and every absent step into "not attended" (the reported failure: one region
 // "calibrated" at 5 steps, the others dropped, no warning).
-inline void row_bounds(const trace::attention& a, std::size_t channel, std::vector<double>& lo, std::vector<double>& hi) {
+inline void row_bounds(const trace::attention& a, std::size_t channel, std::vector<double>& lo,
+                       std::vector<double>& hi) {
   const std::size_t n = a.context;
   lo.assign(n, 0.0);
   hi.assign(n, 0.0);
@@ -553,7 +557,8 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
       return "refreshes faster than the search range (half-life below " + to_text(o.min_half_life) + " steps)";
     case intervals::rate_outcome::at_max_half_life:
       return "no decay measured (refresh intervals no shorter than a spread over the episodes' remaining steps: "
-             "half-life beyond " + to_text(o.max_half_life) + " steps)";
+             "half-life beyond " +
+             to_text(o.max_half_life) + " steps)";
   }
   return {};
 }
@@ -573,7 +578,8 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
     return out;
   };
   if (out.samples < o.min_intervals)
-    return refuse("too few refresh intervals (" + to_text(out.samples) + ", the minimum is " + to_text(o.min_intervals) + ")");
+    return refuse("too few refresh intervals (" + to_text(out.samples) + ", the minimum is " +
+                  to_text(o.min_intervals) + ")");
   if (out.episodes < o.min_episodes)
     return refuse("too few episodes (" + to_text(out.episodes) + ", the minimum is " + to_text(o.min_episodes) + ")");
   if (full.outcome != intervals::rate_outcome::ok) return refuse(rate_outcome_text(full.outcome, o));
@@ -702,7 +708,8 @@ struct runtime_settings {
 /// together (no traces, different region names, a region missing from `base`).
 /// `sources` (optional) names the files for the provenance, one per trace; `profiles` (optional) receives the
 /// measured attention against age per region (for plots).
-[[nodiscard]] inline calibration estimate(std::span<const trace::trace_file> traces, const estimator_options& options = {},
+[[nodiscard]] inline calibration estimate(std::span<const trace::trace_file> traces,
+                                          const estimator_options& options = {},
                                           const region_table& base = default_region_table(),
                                           const runtime_settings& settings = {},
                                           std::span<const std::string> sources = {},
@@ -747,15 +754,18 @@ struct runtime_settings {
                     " tokens (calibration handles at most " + to_text(max_episode_tokens) + " per episode)");
     }
   }
-  const std::uint64_t width = std::max<std::uint64_t>(1, (std::uint64_t{last} + options.max_age_bins) / options.max_age_bins);
+  const std::uint64_t width =
+      std::max<std::uint64_t>(1, (std::uint64_t{last} + options.max_age_bins) / options.max_age_bins);
   const std::size_t groups = std::max<std::size_t>(1, std::min<std::size_t>(options.jackknife_groups, total_episodes));
 
   std::vector<detail::curve> model(channels * regions);  // the previous pass's fits (invalid: flat prediction)
   std::vector<curve_fit> fits(channels * regions);
   std::vector<detail::curve_data> data;
   const bool by_decay = options.method == estimator_method::excess_decay;
-  if (by_decay) detail::require_dense_rows(traces);
-  else fits = detail::estimate_intervals(traces, options, channels, regions, groups, total_episodes);
+  if (by_decay)
+    detail::require_dense_rows(traces);
+  else
+    fits = detail::estimate_intervals(traces, options, channels, regions, groups, total_episodes);
   std::vector<float> row;
   std::vector<double> ratio, pred;
   // Predictions by integer age, tabled when the ages are few enough (they are the steps of one episode).
@@ -876,8 +886,8 @@ struct runtime_settings {
   out.tau = settings.tau;
   out.estimator = options;
   for (std::size_t f = 0; f < traces.size(); ++f) {
-    out.source.traces.push_back({sources.empty() ? std::string() : sources[f], traces[f].label,
-                                 traces[f].episodes.size(), traces[f].layers});
+    out.source.traces.push_back(
+        {sources.empty() ? std::string() : sources[f], traces[f].label, traces[f].episodes.size(), traces[f].layers});
   }
   for (std::size_t r = 0; r < regions; ++r) {
     const auto& defaults = base[*base.find(names[r])];
@@ -907,7 +917,7 @@ inline std::optional<std::string> calibration::check() const {
       if (!f.reason.empty()) return (where + "is calibrated but has a reason ('" + f.reason + "')");
       if (!f.half_life || !finite_pos(*f.half_life))
         return (where + "half_life " + (f.half_life ? "= " + to_text(*f.half_life) : std::string("is missing")) +
-                     " (a calibrated fit needs a finite half-life > 0)");
+                " (a calibrated fit needs a finite half-life > 0)");
       if (!f.half_life_ci) return (where + "a calibrated fit needs half_life_ci");
     } else if (f.reason.empty()) {
       return (where + "is uncalibrated without a reason");
@@ -919,7 +929,7 @@ inline std::optional<std::string> calibration::check() const {
       if (!f.half_life) return (where + "half_life_ci without a half_life");
       if (!finite_pos(ci.lower) || !finite_pos(ci.upper) || !(ci.lower <= *f.half_life) || !(*f.half_life <= ci.upper))
         return (where + "half_life_ci = [" + to_text(ci.lower) + ", " + to_text(ci.upper) +
-                     "] (must be finite, > 0 and contain half_life = " + to_text(*f.half_life) + ")");
+                "] (must be finite, > 0 and contain half_life = " + to_text(*f.half_life) + ")");
     }
     if (f.floor && !std::isfinite(*f.floor)) return (where + "floor = " + to_text(*f.floor) + " (must be finite)");
     if (f.amplitude && !std::isfinite(*f.amplitude))
@@ -941,13 +951,14 @@ inline std::optional<std::string> calibration::check() const {
       return (where + "decay_rate = " + to_text(r.decay_rate) + " (must be finite and >= 0)");
     // A positive rate so small that ln 2 / rate overflows has no half-life the file can hold (found by fuzzing).
     if (r.decay_rate > 0.0 && !std::isfinite(std::numbers::ln2 / r.decay_rate))
-      return (where + "decay_rate = " + to_text(r.decay_rate) + " (its half-life ln 2 / decay_rate overflows; use 0 for no decay)");
+      return (where + "decay_rate = " + to_text(r.decay_rate) +
+              " (its half-life ln 2 / decay_rate overflows; use 0 for no decay)");
     if (auto e = check_fit(r.fit, where)) return e;
     if (r.calibrated()) {
       const double expected = std::numbers::ln2 / *r.fit.half_life;
       if (!std::isfinite(expected) || !(std::abs(r.decay_rate - expected) <= 1e-9 * expected))
         return (where + "decay_rate = " + to_text(r.decay_rate) + " disagrees with the fitted half_life = " +
-                     to_text(*r.fit.half_life) + " (ln 2 / half_life = " + to_text(expected) + ")");
+                to_text(*r.fit.half_life) + " (ln 2 / half_life = " + to_text(expected) + ")");
     }
     if (r.layers.size() != layer_count)
       return (where + "has " + to_text(r.layers.size()) + " layers, regions[0] has " + to_text(layer_count));

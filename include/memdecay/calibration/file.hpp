@@ -156,10 +156,10 @@ class reader {
     const bool match = type == json::value_t::number_float ? it->is_number() : it->type() == type;
     if (!match) {
       const char* want = type == json::value_t::number_float ? "a number"
-                         : type == json::value_t::string    ? "a string"
-                         : type == json::value_t::array     ? "an array"
-                         : type == json::value_t::object    ? "an object"
-                                                            : "a boolean";
+                         : type == json::value_t::string     ? "a string"
+                         : type == json::value_t::array      ? "an array"
+                         : type == json::value_t::object     ? "an object"
+                                                             : "a boolean";
       fail(join(path, key), std::string(type_name(*it)) + " " + show(*it) + " (must be " + want + ")");
       return nullptr;
     }
@@ -238,7 +238,8 @@ class reader {
     const json* ci = member(f, "half_life_ci", path, json::value_t::array, true);
     if (!ci) return false;
     if (ci->is_array()) {
-      if (ci->size() != 2) return fail(join(path, "half_life_ci"), "has " + to_text(ci->size()) + " entries (must be [lower, upper])");
+      if (ci->size() != 2)
+        return fail(join(path, "half_life_ci"), "has " + to_text(ci->size()) + " entries (must be [lower, upper])");
       interval iv;
       for (std::size_t k = 0; k < 2; ++k) {
         const std::string at = join(path, "half_life_ci") + "[" + to_text(k) + "]";
@@ -328,14 +329,16 @@ class reader {
                                             std::string(to_string(estimator_method::excess_decay)) + "')");
     o.method = *m;
     if (*m == estimator_method::excess_decay) {
-      if (!keys(e, path, {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
-                          "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups",
-                          "max_age_bins", "per_layer"}))
+      if (!keys(e, path,
+                {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
+                 "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups", "max_age_bins",
+                 "per_layer"}))
         return false;
     } else {
-      if (!keys(e, path, {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
-                          "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups",
-                          "max_age_bins", "per_layer", "refresh_threshold", "rearm_threshold", "min_intervals"}) ||
+      if (!keys(e, path,
+                {"method", "min_samples", "min_episodes", "max_ci_ratio", "refresh_ratio", "sink_positions",
+                 "recent_positions", "min_half_life", "max_half_life", "passes", "jackknife_groups", "max_age_bins",
+                 "per_layer", "refresh_threshold", "rearm_threshold", "min_intervals"}) ||
           !number(e, "refresh_threshold", path, o.refresh_threshold) ||
           !number(e, "rearm_threshold", path, o.rearm_threshold) ||
           !unsigned_int(e, "min_intervals", path, o.min_intervals, std::numeric_limits<std::uint64_t>::max()))
@@ -343,7 +346,8 @@ class reader {
     }
     return unsigned_int(e, "min_samples", path, o.min_samples, std::numeric_limits<std::uint64_t>::max()) &&
            small_uint(e, "min_episodes", path, o.min_episodes) && number(e, "max_ci_ratio", path, o.max_ci_ratio) &&
-           number(e, "refresh_ratio", path, o.refresh_ratio) && small_uint(e, "sink_positions", path, o.sink_positions) &&
+           number(e, "refresh_ratio", path, o.refresh_ratio) &&
+           small_uint(e, "sink_positions", path, o.sink_positions) &&
            small_uint(e, "recent_positions", path, o.recent_positions) &&
            number(e, "min_half_life", path, o.min_half_life) && number(e, "max_half_life", path, o.max_half_life) &&
            small_uint(e, "passes", path, o.passes) && small_uint(e, "jackknife_groups", path, o.jackknife_groups) &&
@@ -396,7 +400,8 @@ inline json fit_to_json(const curve_fit& f) {
       bool end_object() override { return true; }
       bool start_array(std::size_t) override { return true; }
       bool end_array() override { return true; }
-      bool parse_error(std::size_t position, const std::string& last_token, const nlohmann::detail::exception& e) override {
+      bool parse_error(std::size_t position, const std::string& last_token,
+                       const nlohmann::detail::exception& e) override {
         at = position;
         why = e.what();
         (void)last_token;

@@ -43,20 +43,20 @@ namespace memdecay::calibration::selftest {
 struct synthetic_config {
   std::vector<std::string> names{"short", "medium", "long"};
   std::vector<double> refresh_half_life{8.0, 24.0, 60.0};  ///< steps: the intervals between re-references
-  std::vector<double> fade_half_life{8.0, 24.0, 60.0};      ///< steps: the fading of excess attention
+  std::vector<double> fade_half_life{8.0, 24.0, 60.0};     ///< steps: the fading of excess attention
   double continue_probability = 0.7;  ///< after each reference (and the arrival), another one follows
   std::uint32_t episodes = 20;
-  std::uint32_t steps = 160;           ///< rows at steps 0 .. steps - 1, one per step
+  std::uint32_t steps = 160;  ///< rows at steps 0 .. steps - 1, one per step
   std::uint32_t tokens_per_step = 2;
   std::uint32_t segment_tokens = 6;
   double floor = 1.0;
   double amplitude = 3.0;
   std::uint32_t prompt_tokens = 128;  ///< tokens prefilled at step 0 (so that re-references stand out from the start)
-  std::uint32_t fact_every = 8;      ///< every this-many-th token is a fact (draws re-references); the rest is filler
+  std::uint32_t fact_every = 8;       ///< every this-many-th token is a fact (draws re-references); the rest is filler
   double burst_level = 100.0;  ///< a re-referenced token's mass in uniform units (mass x context), as a query's ...
   double burst_cap = 0.95;     ///< ... attention concentrates on what it reads; together at most this share of the row
-  double noise_sigma = 0.3;  ///< log-normal noise on every weight
-  std::uint32_t layers = 1;  ///< identical layers (independent noise)
+  double noise_sigma = 0.3;    ///< log-normal noise on every weight
+  std::uint32_t layers = 1;    ///< identical layers (independent noise)
 
   /// The first invalid field, named with its value; nothing when valid.
   [[nodiscard]] std::optional<std::string> check() const {
@@ -72,11 +72,13 @@ struct synthetic_config {
       return "continue_probability = " + to_text(continue_probability) + " (must be in [0, 1))";
     if (episodes == 0 || steps < 2 || tokens_per_step == 0 || segment_tokens == 0 || layers == 0 || layers > 64)
       return "episodes, steps (>= 2), tokens_per_step, segment_tokens must be > 0 and layers in [1, 64]";
-    if (std::uint64_t{steps} * tokens_per_step + prompt_tokens > (1u << 20)) return "steps x tokens_per_step exceeds 2^20 tokens";
+    if (std::uint64_t{steps} * tokens_per_step + prompt_tokens > (1u << 20))
+      return "steps x tokens_per_step exceeds 2^20 tokens";
     if (!(floor > 0.0) || !(amplitude >= 0.0) || !(noise_sigma >= 0.0) || !std::isfinite(floor) ||
-        !std::isfinite(amplitude) || !std::isfinite(noise_sigma) || fact_every == 0 ||
-        !(burst_level > 0.0) || !std::isfinite(burst_level) || !(burst_cap > 0.0 && burst_cap < 1.0))
-      return "floor > 0, amplitude and noise_sigma >= 0 and finite, fact_every > 0, burst_level > 0, burst_cap in (0, 1)";
+        !std::isfinite(amplitude) || !std::isfinite(noise_sigma) || fact_every == 0 || !(burst_level > 0.0) ||
+        !std::isfinite(burst_level) || !(burst_cap > 0.0 && burst_cap < 1.0))
+      return "floor > 0, amplitude and noise_sigma >= 0 and finite, fact_every > 0, burst_level > 0, burst_cap in (0, "
+             "1)";
     return std::nullopt;
   }
 };
@@ -115,7 +117,8 @@ struct synthetic_config {
     auto append = [&](step_t t, std::uint32_t tokens) {
       while (tokens > 0) {  // segments of segment_tokens, regions in turn
         const auto r = static_cast<region_id>((label.size() / c.segment_tokens) % regions);
-        const auto n = std::min<std::uint32_t>(tokens, c.segment_tokens - static_cast<std::uint32_t>(label.size() % c.segment_tokens));
+        const auto n = std::min<std::uint32_t>(
+            tokens, c.segment_tokens - static_cast<std::uint32_t>(label.size() % c.segment_tokens));
         ep.events.emplace_back(trace::segment{t, r, n});
         for (std::uint32_t k = 0; k < n; ++k) {
           label.push_back(r);
@@ -148,7 +151,8 @@ struct synthetic_config {
             w[j] = noise;
             burst_sum += noise;
           } else {
-            w[j] = (c.floor + c.amplitude * std::exp2(-static_cast<double>(t - ref[j]) / c.fade_half_life[label[j]])) * noise;
+            w[j] = (c.floor + c.amplitude * std::exp2(-static_cast<double>(t - ref[j]) / c.fade_half_life[label[j]])) *
+                   noise;
             sum += w[j];
           }
         }
@@ -181,7 +185,9 @@ struct synthetic_config {
           order.resize(row.mass.size());
           std::iota(order.begin(), order.end(), 0u);
           std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                            [&](std::uint32_t x, std::uint32_t y) { return row.mass[x] > row.mass[y] || (row.mass[x] == row.mass[y] && x < y); });
+                            [&](std::uint32_t x, std::uint32_t y) {
+                              return row.mass[x] > row.mass[y] || (row.mass[x] == row.mass[y] && x < y);
+                            });
           order.resize(k);
           std::sort(order.begin(), order.end());
           trace::attention_row sparse{true, order, {}};
@@ -195,12 +201,12 @@ struct synthetic_config {
 struct region_report {
   std::string name;
   double truth = 0;
-  std::size_t calibrated = 0;    ///< replicates in which the region was calibrated
-  double mean_half_life = 0;     ///< over the calibrated replicates
-  double bias = 0;               ///< mean_half_life / truth - 1
-  double rmse = 0;               ///< root mean square of (fitted / truth - 1)
-  std::size_t covered = 0;       ///< calibrated replicates whose 95% interval contains the truth
-  double coverage = 0;           ///< covered / calibrated
+  std::size_t calibrated = 0;  ///< replicates in which the region was calibrated
+  double mean_half_life = 0;   ///< over the calibrated replicates
+  double bias = 0;             ///< mean_half_life / truth - 1
+  double rmse = 0;             ///< root mean square of (fitted / truth - 1)
+  std::size_t covered = 0;     ///< calibrated replicates whose 95% interval contains the truth
+  double coverage = 0;         ///< covered / calibrated
 };
 
 struct report {

@@ -83,8 +83,8 @@ enum class budget_unit : std::uint8_t {
 /// page per step.
 struct budget_config {
   budget_unit unit = budget_unit::unlimited;
-  double high = 0.0;             ///< upper watermark, in `unit`
-  std::optional<double> low{};   ///< lower watermark, in `unit`; defaults to `high`
+  double high = 0.0;            ///< upper watermark, in `unit`
+  std::optional<double> low{};  ///< lower watermark, in `unit`; defaults to `high`
 
   static budget_config tokens(double high, std::optional<double> low = std::nullopt) {
     return {budget_unit::tokens, high, low};
@@ -114,8 +114,7 @@ struct budget_config {
     switch (unit) {
       case budget_unit::unlimited: break;
       case budget_unit::tokens: return {floor_tokens(high), floor_tokens(lo)};
-      case budget_unit::pages:
-        return {times_page(floor_tokens(high)), times_page(floor_tokens(lo))};
+      case budget_unit::pages: return {times_page(floor_tokens(high)), times_page(floor_tokens(lo))};
       case budget_unit::ratio: {
         const double n = static_cast<double>(logical_len);
         return {floor_tokens(high * n), floor_tokens(lo * n)};
@@ -130,12 +129,13 @@ struct budget_config {
     auto field = [](const char* name, double v) { return std::string("budget.") + name + " = " + detail::to_text(v); };
     if (!std::isfinite(high) || high < 0.0) detail::raise_config(field("high", high) + " (must be finite and >= 0)");
     if (!std::isfinite(lo) || lo < 0.0) detail::raise_config(field("low", lo) + " (must be finite and >= 0)");
-    if (lo > high)
-      detail::raise_config(field("low", lo) + " is above budget.high = " + detail::to_text(high));
+    if (lo > high) detail::raise_config(field("low", lo) + " is above budget.high = " + detail::to_text(high));
     if (unit == budget_unit::ratio && (high <= 0.0 || high > 1.0))
       detail::raise_config(field("high", high) + " (a ratio must be in (0, 1])");
-    if ((unit == budget_unit::tokens || unit == budget_unit::pages) && (high != std::floor(high) || lo != std::floor(lo)))
-      detail::raise_config(field("high", high) + ", " + field("low", lo) + " (token and page budgets are whole numbers)");
+    if ((unit == budget_unit::tokens || unit == budget_unit::pages) &&
+        (high != std::floor(high) || lo != std::floor(lo)))
+      detail::raise_config(field("high", high) + ", " + field("low", lo) +
+                           " (token and page budgets are whole numbers)");
   }
 };
 
@@ -174,7 +174,8 @@ struct config {
   [[nodiscard]] protection_config effective_protection(std::size_t page, std::uint64_t logical_len) const noexcept {
     protection_config p = protection;
     if (p.recent_fraction > 0.0 && budget.unit != budget_unit::unlimited) {
-      const double share = std::floor(p.recent_fraction * static_cast<double>(budget.in_tokens(page, logical_len).high));
+      const double share =
+          std::floor(p.recent_fraction * static_cast<double>(budget.in_tokens(page, logical_len).high));
       const std::size_t tokens = share >= 1e18 ? std::size_t{1} << 60 : static_cast<std::size_t>(share);
       if (tokens > p.recent_tokens) p.recent_tokens = tokens;
     }

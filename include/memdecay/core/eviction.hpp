@@ -28,12 +28,12 @@ namespace memdecay {
 
 /// Why a page may or may not be evicted. Listed in the order the checks run; the first that applies wins.
 enum class page_status : std::uint8_t {
-  evictable,  ///< may be selected
-  pinned,     ///< holds a token of a pinned region
-  sink,       ///< one of protection.sink_pages
-  recent,     ///< holds one of the last protection.recent_tokens tokens
-  partial,    ///< the partial last page (the next token is written into it)
-  protected_, ///< protected by the caller for this selection (in-flight or speculative reads)
+  evictable,   ///< may be selected
+  pinned,      ///< holds a token of a pinned region
+  sink,        ///< one of protection.sink_pages
+  recent,      ///< holds one of the last protection.recent_tokens tokens
+  partial,     ///< the partial last page (the next token is written into it)
+  protected_,  ///< protected by the caller for this selection (in-flight or speculative reads)
 };
 
 [[nodiscard]] inline const char* to_string(page_status s) noexcept {
@@ -67,9 +67,8 @@ void page_scores_reference(const token_state<Float, PageSize>& state, const Regi
 /// The status of every page, given the config's protections and an optional caller-protected set (sorted or
 /// not; indices past the end are ignored).
 template <std::size_t PageSize, region_table_like Regions>
-void page_statuses(const sequence_state<PageSize>& state, const Regions& table,
-                   const protection_config& protection, std::span<const std::size_t> caller_protected,
-                   std::span<page_status> out) noexcept {
+void page_statuses(const sequence_state<PageSize>& state, const Regions& table, const protection_config& protection,
+                   std::span<const std::size_t> caller_protected, std::span<page_status> out) noexcept {
   const std::size_t pages = state.num_pages(), P = state.page_size(), n = state.kv_len();
   const std::size_t recent_from =
       protection.recent_tokens >= n ? 0 : state.geometry().page_of(n - protection.recent_tokens);
@@ -87,9 +86,12 @@ void page_statuses(const sequence_state<PageSize>& state, const Regions& table,
     for (std::size_t i = first; i < first + count; ++i) any_pinned |= pinned[regions[i]];
     if (any_pinned) s = page_status::pinned;
     if (s == page_status::evictable) {
-      if (p < protection.sink_pages) s = page_status::sink;
-      else if (has_recent && p >= recent_from) s = page_status::recent;
-      else if (count < P) s = page_status::partial;
+      if (p < protection.sink_pages)
+        s = page_status::sink;
+      else if (has_recent && p >= recent_from)
+        s = page_status::recent;
+      else if (count < P)
+        s = page_status::partial;
     }
     out[p] = s;
   }
@@ -119,12 +121,12 @@ template <std::floating_point Float>
 /// The result of a selection: which pages to evict, and the context needed to commit it safely.
 template <std::floating_point Float>
 struct eviction_plan {
-  std::vector<std::size_t> pages;       ///< logical page indices (in the current resident layout), ascending
-  std::vector<Float> scores;            ///< each victim's page score, aligned with `pages`
-  std::size_t requested = 0;            ///< pages the budget (or the caller) asked for
-  std::size_t pages_over_budget = 0;    ///< pages by which the high watermark is still exceeded after this plan
+  std::vector<std::size_t> pages;     ///< logical page indices (in the current resident layout), ascending
+  std::vector<Float> scores;          ///< each victim's page score, aligned with `pages`
+  std::size_t requested = 0;          ///< pages the budget (or the caller) asked for
+  std::size_t pages_over_budget = 0;  ///< pages by which the high watermark is still exceeded after this plan
   std::size_t page_size = 0;
-  std::uint64_t generation = 0;         ///< state generation the plan was made at; commit rejects any other
+  std::uint64_t generation = 0;  ///< state generation the plan was made at; commit rejects any other
 
   [[nodiscard]] bool empty() const noexcept { return pages.empty(); }
   [[nodiscard]] std::size_t tokens() const noexcept { return pages.size() * page_size; }

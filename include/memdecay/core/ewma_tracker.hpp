@@ -42,9 +42,8 @@ template <std::floating_point Float>
 /// Applies one validated per-token observation (`mass.size() == ewma.size()`). Returns the number of tokens it
 /// refreshed.
 template <std::floating_point Float>
-std::size_t observe_tokens_reference(std::span<Float> ewma, std::span<step_t> last_refresh,
-                                     std::span<const Float> mass, step_t now,
-                                     const observation_params<Float>& p) noexcept {
+std::size_t observe_tokens_reference(std::span<Float> ewma, std::span<step_t> last_refresh, std::span<const Float> mass,
+                                     step_t now, const observation_params<Float>& p) noexcept {
   std::size_t refreshed = 0;
   for (std::size_t i = 0; i < ewma.size(); ++i) {
     const Float x = p.scale * mass[i];

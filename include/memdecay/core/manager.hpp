@@ -116,7 +116,7 @@ struct global_victim {
   SequenceId sequence;
   std::size_t page;  ///< logical index in the sequence's resident layout at selection time
   Float score;
-  bool shared;       ///< flagged shared: evicting it frees no memory
+  bool shared;  ///< flagged shared: evicting it frees no memory
   eviction_reason reason;
   friend bool operator==(const global_victim&, const global_victim&) = default;
 };
@@ -204,8 +204,7 @@ class basic_manager {
   /// changing nothing, if `parent` is not open or `child` is.
   sequence_type& fork(SequenceId parent, SequenceId child) {
     auto& p = find_entry(parent, "fork")->second;
-    if (entries_.contains(child))
-      detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    if (entries_.contains(child)) detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
     auto seq = std::make_unique<sequence_type>(*p.seq);  // may throw: nothing changed yet
     auto& out = adopt(child, std::move(seq));
     share_full_pages(p, find_entry(child, "fork")->second);
@@ -215,11 +214,10 @@ class basic_manager {
   /// shares the full blocks and gives the child a block for the partial page). usage_error, changing neither,
   /// if the table disagrees with the parent or refuses the fork.
   template <class Table, class IdMap>
-    requires page_table<Table> && requires(Table& t, const typename Table::sequence_id& a) { t.fork(a, a); }
+  requires page_table<Table> && requires(Table& t, const typename Table::sequence_id& a) { t.fork(a, a); }
   sequence_type& fork(SequenceId parent, SequenceId child, Table& table, IdMap table_id) {
     const auto& p = find_entry(parent, "fork")->second;
-    if (entries_.contains(child))
-      detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    if (entries_.contains(child)) detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
     detail::check_page_table(table, table_id_of<Table>(table_id, parent), p.seq->page_size(), p.seq->num_pages(),
                              "fork: sequence " + detail::to_text(parent));
     auto seq = std::make_unique<sequence_type>(*p.seq);
@@ -359,8 +357,10 @@ class basic_manager {
     std::vector<std::size_t> counts;  // every block's holders in one pass, where the table can
     if constexpr (bulk_counted_page_table<Table>) counts = table.ref_counts();
     const auto refs_of = [&](const auto& block) {
-      if constexpr (bulk_counted_page_table<Table>) return counts.at(static_cast<std::size_t>(block));
-      else return static_cast<std::size_t>(table.ref_count(block));
+      if constexpr (bulk_counted_page_table<Table>)
+        return counts.at(static_cast<std::size_t>(block));
+      else
+        return static_cast<std::size_t>(table.ref_count(block));
     };
     for (const auto& [id, e] : entries_) {
       const auto tid = table_id_of<Table>(table_id, id);
@@ -452,16 +452,15 @@ class basic_manager {
     }
     out.pages_short = need - take;
 
-    std::sort(out.victims.begin(), out.victims.end(), [&](const auto& a, const auto& b) {
-      return candidate_of(a) < candidate_of(b);
-    });
+    std::sort(out.victims.begin(), out.victims.end(),
+              [&](const auto& a, const auto& b) { return candidate_of(a) < candidate_of(b); });
     for (auto& [id, pages] : chosen) {
       if (pages.empty()) continue;
       std::sort(pages.begin(), pages.end());
       const auto& seq = at(id);
       const std::size_t requested = pages.size();
-      out.plans.emplace(id, detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget,
-                                                               seq.page_scores(), std::move(pages), requested));
+      out.plans.emplace(id, detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget, seq.page_scores(),
+                                                               std::move(pages), requested));
     }
     return out;
   }
@@ -532,14 +531,14 @@ class basic_manager {
 
  private:
   struct entry {
-    std::unique_ptr<sequence_type> seq;         // stable address: callers keep references across open()
-    std::set<std::uint64_t> protected_origins;  // original page indices, which survive compaction
+    std::unique_ptr<sequence_type> seq;             // stable address: callers keep references across open()
+    std::set<std::uint64_t> protected_origins;      // original page indices, which survive compaction
     std::map<std::uint64_t, std::uint64_t> shared;  // original page index -> the block's key in blocks_
   };
   // A block held by more than one resident page (or by holders outside the manager).
   struct block_holders {
-    std::size_t holders = 0;    // resident pages of open sequences that hold it
-    bool external = false;      // held outside the manager too (set_shared, or table references not seen here)
+    std::size_t holders = 0;  // resident pages of open sequences that hold it
+    bool external = false;    // held outside the manager too (set_shared, or table references not seen here)
     std::size_t table_refs = 0;
   };
   // The global order: score, then a per-page hash so that equal scores spread over the sequences instead of all
@@ -701,10 +700,12 @@ class basic_manager {
   static void add_config(detail::fnv1a64& h, const config& c, const region_table& regions) noexcept {
     h.add(c.alpha).add(c.effective_beta()).add(c.tau).add(static_cast<std::uint64_t>(c.page_size));
     h.add(static_cast<std::uint8_t>(c.normalization));
-    h.add(static_cast<std::uint64_t>(c.protection.sink_pages)).add(static_cast<std::uint64_t>(c.protection.recent_tokens));
+    h.add(static_cast<std::uint64_t>(c.protection.sink_pages))
+        .add(static_cast<std::uint64_t>(c.protection.recent_tokens));
     h.add(c.protection.recent_fraction);
     h.add(static_cast<std::uint8_t>(c.budget.unit)).add(c.budget.high).add(c.budget.low.value_or(c.budget.high));
-    for (const auto& r : regions.params()) h.add(r.base_priority).add(r.decay_rate).add(static_cast<std::uint8_t>(r.pinned));
+    for (const auto& r : regions.params())
+      h.add(r.base_priority).add(r.decay_rate).add(static_cast<std::uint8_t>(r.pinned));
   }
 
   manager_config config_;

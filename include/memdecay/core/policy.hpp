@@ -57,11 +57,11 @@ namespace memdecay {
 
 /// What a policy sees of a sequence: its resident layout, labels and clock, read-only. Cheap to copy.
 struct sequence_view {
-  std::span<const region_id> labels;          ///< one per resident token, page order
-  std::span<const std::uint64_t> page_origins; ///< each resident page's original index in the sequence
+  std::span<const region_id> labels;            ///< one per resident token, page order
+  std::span<const std::uint64_t> page_origins;  ///< each resident page's original index in the sequence
   std::size_t page_size = 1;
   step_t now = 0;
-  const region_table* regions = nullptr;      ///< the region table in effect (overrides applied)
+  const region_table* regions = nullptr;  ///< the region table in effect (overrides applied)
 
   [[nodiscard]] std::size_t kv_len() const noexcept { return labels.size(); }
   [[nodiscard]] std::size_t num_pages() const noexcept { return page_origins.size(); }
@@ -78,35 +78,39 @@ struct sequence_view {
 
 /// The requirements listed at the top of this header.
 template <class P>
-concept eviction_policy =
-    std::floating_point<typename P::float_type> && std::copy_constructible<P> &&
+concept eviction_policy = std::floating_point<typename P::float_type> && std::copy_constructible<P> &&
     std::default_initializable<typename P::params_type> &&
     std::constructible_from<P, const typename P::params_type&, const config&, const region_table&> &&
-    requires(P& p, const P& cp, const sequence_view& view, std::size_t n,
-             std::span<const typename P::float_type> mass, std::span<const std::size_t> pages,
-             std::span<typename P::float_type> out) {
-      { P::name } -> std::convertible_to<std::string_view>;
-      p.reserve(n);
-      { p.on_append(view, n) } noexcept;
-      cp.check_observation(view, mass);
-      { p.on_observe(view, mass) } noexcept -> std::same_as<std::size_t>;
-      { p.on_remove(view, pages) } noexcept;
-      cp.page_scores(view, out);
-      { cp.digest() } noexcept -> std::same_as<std::uint64_t>;
-    };
+    requires(P& p, const P& cp, const sequence_view& view, std::size_t n, std::span<const typename P::float_type> mass,
+             std::span<const std::size_t> pages, std::span<typename P::float_type> out) {
+  { P::name } -> std::convertible_to<std::string_view>;
+  p.reserve(n);
+  { p.on_append(view, n) }
+  noexcept;
+  cp.check_observation(view, mass);
+  { p.on_observe(view, mass) }
+  noexcept->std::same_as<std::size_t>;
+  { p.on_remove(view, pages) }
+  noexcept;
+  cp.page_scores(view, out);
+  { cp.digest() }
+  noexcept->std::same_as<std::uint64_t>;
+};
 
 /// Whether P has the optional on_advance hook (see above); when it does, it must be noexcept.
 template <class P>
 concept advancing_policy = requires(P& p, const sequence_view& view) {
-  { p.on_advance(view) } noexcept;
+  { p.on_advance(view) }
+  noexcept;
 };
 
 /// Whether P has the optional fast validity check of an observation (see above).
 template <class P>
-concept prevalidating_policy =
-    requires(const P& p, const sequence_view& view, std::span<const typename P::float_type> mass) {
-      { p.observation_is_valid(view, mass) } noexcept -> std::same_as<bool>;
-    };
+concept prevalidating_policy = requires(const P& p, const sequence_view& view,
+                                        std::span<const typename P::float_type> mass) {
+  { p.observation_is_valid(view, mass) }
+  noexcept->std::same_as<bool>;
+};
 
 namespace policy_support {
 

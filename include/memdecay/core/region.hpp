@@ -49,10 +49,10 @@ constexpr double half_life_from_decay_rate(double decay_rate) noexcept {
 
 /// The parameters of one region.
 struct region_params {
-  std::string name;             ///< unique, non-empty; how configs and calibration files refer to the region
-  double base_priority = 1.0;   ///< b_r >= 0, finite: the score of a token that was just refreshed (before attention)
-  double decay_rate = 0.0;      ///< lambda_r >= 0, finite, per step: how fast the b_r term fades after a refresh
-  bool pinned = false;          ///< a page holding any token of a pinned region is never evicted
+  std::string name;            ///< unique, non-empty; how configs and calibration files refer to the region
+  double base_priority = 1.0;  ///< b_r >= 0, finite: the score of a token that was just refreshed (before attention)
+  double decay_rate = 0.0;     ///< lambda_r >= 0, finite, per step: how fast the b_r term fades after a refresh
+  bool pinned = false;         ///< a page holding any token of a pinned region is never evicted
 
   /// The half-life of the b_r term in steps (infinite when decay_rate is 0).
   [[nodiscard]] double half_life() const noexcept { return half_life_from_decay_rate(decay_rate); }
@@ -98,8 +98,9 @@ class region_table {
   [[nodiscard]] bool contains(region_id r) const noexcept { return r < params_.size(); }
   [[nodiscard]] const region_params& operator[](region_id r) const noexcept { return params_[r]; }
   [[nodiscard]] const region_params& at(region_id r) const {
-    if (!contains(r)) detail::raise_input("unknown region id " + detail::to_text(int{r}) + " (table has " +
-                                          detail::to_text(size()) + " regions)");
+    if (!contains(r))
+      detail::raise_input("unknown region id " + detail::to_text(int{r}) + " (table has " + detail::to_text(size()) +
+                          " regions)");
     return params_[r];
   }
   [[nodiscard]] double base_priority(region_id r) const noexcept { return params_[r].base_priority; }
@@ -159,8 +160,7 @@ class region_table {
         detail::raise_config(where + "base_priority = " + detail::to_text(p.base_priority) +
                              " (must be finite and >= 0)");
       if (!(p.decay_rate >= 0.0) || !std::isfinite(p.decay_rate))
-        detail::raise_config(where + "decay_rate = " + detail::to_text(p.decay_rate) +
-                             " (must be finite and >= 0)");
+        detail::raise_config(where + "decay_rate = " + detail::to_text(p.decay_rate) + " (must be finite and >= 0)");
     }
   }
 

@@ -67,7 +67,7 @@ struct manager_mark {
 /// PageSize a compile-time page size, or dynamic_page_size to take config::page_size at run time.
 template <template <class> class Policy = policies::memdecay, std::floating_point Float = float,
           std::size_t PageSize = dynamic_page_size>
-  requires eviction_policy<Policy<Float>> && std::same_as<typename Policy<Float>::float_type, Float>
+requires eviction_policy<Policy<Float>> && std::same_as<typename Policy<Float>::float_type, Float>
 class basic_sequence {
  public:
   using float_type = Float;
@@ -79,7 +79,9 @@ class basic_sequence {
 
   /// Validates `cfg` and `params` (config_error naming the field) and starts an empty sequence at step 0.
   explicit basic_sequence(config cfg, const params_type& params = {})
-      : config_(validated(std::move(cfg))), regions_(config_.effective_regions()), state_(config_.page_size),
+      : config_(validated(std::move(cfg))),
+        regions_(config_.effective_regions()),
+        state_(config_.page_size),
         policy_(params, config_, regions_) {}
 
   // --- read-only views ---------------------------------------------------------------------------------------
@@ -200,8 +202,10 @@ class basic_sequence {
   }
   /// The score of page `page` broken down by term and region (policies that explain themselves: MemDecay).
   /// input_error for a page that does not exist.
-  [[nodiscard]] auto explain_page(std::size_t page) const
-    requires requires(const policy_type& p, const sequence_view& v) { p.explain_page(v, std::size_t{}, page_status{}); }
+  [[nodiscard]] auto explain_page(std::size_t page) const requires
+      requires(const policy_type& p, const sequence_view& v) {
+    p.explain_page(v, std::size_t{}, page_status{});
+  }
   {
     if (page >= num_pages())
       detail::raise_input("page " + detail::to_text(page) + " does not exist (" + detail::to_text(num_pages()) +
@@ -209,23 +213,19 @@ class basic_sequence {
     return policy_.explain_page(view(), page, page_statuses()[page]);
   }
   /// The score terms of resident token `index` by the scalar reference formula (MemDecay).
-  [[nodiscard]] auto token_terms(std::size_t index) const noexcept
-    requires requires(const policy_type& p, const sequence_view& v) { p.token_terms(v, index); }
-  {
-    return policy_.token_terms(view(), index);
+  [[nodiscard]] auto token_terms(std::size_t index) const noexcept requires
+      requires(const policy_type& p, const sequence_view& v) {
+    p.token_terms(v, index);
   }
+  { return policy_.token_terms(view(), index); }
   /// Chooses the policy's scorer (MemDecay: the exp-free kernel or the polynomial-exp one; policies/memdecay.hpp).
   /// Returns whether the exp-free kernel is now in use. Strong guarantee.
-  bool use_expfree_scores(bool on = true)
-    requires requires(policy_type& p, const sequence_view& v) { p.use_expfree_scores(v, on); }
-  {
-    return policy_.use_expfree_scores(view(), on);
+  bool use_expfree_scores(bool on = true) requires requires(policy_type& p, const sequence_view& v) {
+    p.use_expfree_scores(v, on);
   }
-  [[nodiscard]] bool expfree_scores() const noexcept
-    requires requires(const policy_type& p) { p.expfree_scores(); }
-  {
-    return policy_.expfree_scores();
-  }
+  { return policy_.use_expfree_scores(view(), on); }
+  [[nodiscard]] bool expfree_scores() const noexcept requires requires(const policy_type& p) { p.expfree_scores(); }
+  { return policy_.expfree_scores(); }
 
   // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
   /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable); never pinned, protected, partial or
@@ -252,9 +252,7 @@ class basic_sequence {
   // --- commit (phase 2) ----------------------------------------------------------------------------------------
   /// Throws what commit(plan) would throw (usage_error for a stale plan or a page that is not evictable), and
   /// changes nothing.
-  void check_commit(const plan_type& plan) const {
-    detail::check_plan(plan, state_, regions_, protection());
-  }
+  void check_commit(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, protection()); }
   /// Compacts the layout and the policy state by the plan's pages. usage_error, changing nothing, if the plan is
   /// stale or names pages that are not evictable, or if a manager owns this sequence (commit through it).
   void commit(const plan_type& plan) {
@@ -287,8 +285,9 @@ class basic_sequence {
   }
   void check_unmanaged() const {
     if (mark_.owned)
-      detail::raise_usage("commit: this sequence is owned by a manager; commit through basic_manager::commit, "
-                          "which applies its per-step protections and shared pages");
+      detail::raise_usage(
+          "commit: this sequence is owned by a manager; commit through basic_manager::commit, "
+          "which applies its per-step protections and shared pages");
   }
   template <class AppendToState>
   void grow(std::size_t tokens, AppendToState&& append_to_state) {
@@ -331,7 +330,8 @@ class basic_sequence {
 /// The layout of a MemDecay sequence with its policy's clocks and EWMA beside it: the form the scalar reference
 /// (page_scores_reference) and the kernels' convenience overloads take.
 template <std::floating_point Float, std::size_t PageSize>
-[[nodiscard]] token_state<Float, PageSize> token_state_of(const basic_sequence<policies::memdecay, Float, PageSize>& seq) {
+[[nodiscard]] token_state<Float, PageSize> token_state_of(
+    const basic_sequence<policies::memdecay, Float, PageSize>& seq) {
   return {seq.state(), seq.policy().last_refresh(), seq.policy().ewma()};
 }
 

@@ -157,8 +157,8 @@ template <page_table Table>
 void check_page_table(const Table& table, const typename Table::sequence_id& seq, std::size_t page_size,
                       std::size_t num_pages, std::string_view where = {}) {
   if (static_cast<std::size_t>(table.page_size()) != page_size)
-    raise_usage(context_prefix(where) + "page table has page size " + to_text(table.page_size()) +
-                ", sequence has " + to_text(page_size));
+    raise_usage(context_prefix(where) + "page table has page size " + to_text(table.page_size()) + ", sequence has " +
+                to_text(page_size));
   if (static_cast<std::size_t>(table.num_pages(seq)) != num_pages)
     raise_usage(context_prefix(where) + "page table holds " + to_text(table.num_pages(seq)) +
                 " pages for this sequence, the sequence has " + to_text(num_pages));

@@ -15,15 +15,13 @@ namespace memdecay::detail {
 class fnv1a64 {
  public:
   template <class T>
-    requires std::is_trivially_copyable_v<T>
-  fnv1a64& add(std::span<const T> values) noexcept {
+  requires std::is_trivially_copyable_v<T> fnv1a64& add(std::span<const T> values) noexcept {
     const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
     for (std::size_t i = 0; i < values.size_bytes(); ++i) state_ = (state_ ^ bytes[i]) * prime;
     return *this;
   }
   template <class T>
-    requires std::is_trivially_copyable_v<T>
-  fnv1a64& add(const T& value) noexcept {
+  requires std::is_trivially_copyable_v<T> fnv1a64& add(const T& value) noexcept {
     return add(std::span<const T>(&value, 1));
   }
   [[nodiscard]] std::uint64_t value() const noexcept { return state_; }

@@ -131,8 +131,8 @@ struct episode {
         std::count_if(events.begin(), events.end(), [](const event& e) { return std::holds_alternative<probe>(e); }));
   }
   [[nodiscard]] std::size_t count_attention() const noexcept {
-    return static_cast<std::size_t>(std::count_if(
-        events.begin(), events.end(), [](const event& e) { return std::holds_alternative<attention>(e); }));
+    return static_cast<std::size_t>(std::count_if(events.begin(), events.end(),
+                                                  [](const event& e) { return std::holds_alternative<attention>(e); }));
   }
   /// The region label of every token, in position order.
   [[nodiscard]] std::vector<region_id> labels() const {
@@ -213,14 +213,14 @@ class episode_checker {
 
   // Each returns an empty string when the event is valid, else the reason (without location).
   std::string step(step_t s) {
-    if (s < last_step_)
-      return "step " + num(s) + " goes backwards (previous event at step " + num(last_step_) + ")";
+    if (s < last_step_) return "step " + num(s) + " goes backwards (previous event at step " + num(last_step_) + ")";
     last_step_ = s;
     return {};
   }
   std::string segment(const trace::segment& s) {
     if (auto e = step(s.step); !e.empty()) return e;
-    if (s.region >= regions_) return "region id " + num(s.region) + " is not in the region table (" + num(regions_) + " regions)";
+    if (s.region >= regions_)
+      return "region id " + num(s.region) + " is not in the region table (" + num(regions_) + " regions)";
     if (s.tokens == 0) return "segment has 0 tokens";
     if (appended_ + s.tokens > std::numeric_limits<std::uint32_t>::max())
       return "segment of " + num(s.tokens) + " tokens takes the episode past 2^32 - 1 tokens";
@@ -243,18 +243,22 @@ class episode_checker {
   }
   static std::string sparse_position(std::uint32_t pos, std::size_t k, std::optional<std::uint32_t> previous,
                                      std::uint32_t context) {
-    if (pos >= context) return "position[" + num(k) + "] = " + num(pos) + " is outside the context of " + num(context) + " tokens";
+    if (pos >= context)
+      return "position[" + num(k) + "] = " + num(pos) + " is outside the context of " + num(context) + " tokens";
     if (previous && pos <= *previous)
-      return "position[" + num(k) + "] = " + num(pos) + " is not above position[" + num(k - 1) + "] = " + num(*previous);
+      return "position[" + num(k) + "] = " + num(pos) + " is not above position[" + num(k - 1) +
+             "] = " + num(*previous);
     return {};
   }
   std::string probe(const trace::probe& p) {
     if (auto e = step(p.step); !e.empty()) return e;
-    if (p.region >= regions_) return "region id " + num(p.region) + " is not in the region table (" + num(regions_) + " regions)";
+    if (p.region >= regions_)
+      return "region id " + num(p.region) + " is not in the region table (" + num(regions_) + " regions)";
     if (p.length == 0) return "probe " + num(p.id) + " has length 0";
     if (std::uint64_t{p.first} + p.length > appended_)
-      return "probe " + num(p.id) + " covers positions [" + num(p.first) + ", " + num(std::uint64_t{p.first} + p.length) +
-             ") but only " + num(appended_) + " tokens were appended before it";
+      return "probe " + num(p.id) + " covers positions [" + num(p.first) + ", " +
+             num(std::uint64_t{p.first} + p.length) + ") but only " + num(appended_) +
+             " tokens were appended before it";
     if (!ids_.insert(p.id).second) return "probe id " + num(p.id) + " is repeated";
     // Every token of the fact must carry the probe's region: find the run holding `first` and walk forward.
     auto it = std::upper_bound(runs_.begin(), runs_.end(), p.first,
@@ -343,8 +347,8 @@ class byte_reader {
 };
 
 // Minimal encoded sizes, used to reject counts that cannot fit in the bytes left before allocating for them.
-inline constexpr std::uint64_t min_event_bytes = 10;   // tag + step + region + tokens (segment)
-inline constexpr std::uint64_t min_episode_bytes = 14; // name length + seed + event count
+inline constexpr std::uint64_t min_event_bytes = 10;    // tag + step + region + tokens (segment)
+inline constexpr std::uint64_t min_episode_bytes = 14;  // name length + seed + event count
 
 class parser {
  public:
@@ -378,8 +382,8 @@ class parser {
   bool read(int n, std::uint64_t& v, const char* field) {
     field_at_ = r_.offset();
     if (!r_.has(static_cast<std::uint64_t>(n))) {
-      fail("truncated: " + std::string(field) + " needs " + num(static_cast<std::uint64_t>(n)) + " bytes, the file ends after " +
-           num(r_.remaining()));
+      fail("truncated: " + std::string(field) + " needs " + num(static_cast<std::uint64_t>(n)) +
+           " bytes, the file ends after " + num(r_.remaining()));
       return false;
     }
     v = r_.get(n);
@@ -405,7 +409,8 @@ class parser {
   bool text(std::size_t n, std::string& out, const char* field) {
     field_at_ = r_.offset();
     if (!r_.has(n)) {
-      fail("truncated: " + std::string(field) + " needs " + num(n) + " bytes, the file ends after " + num(r_.remaining()));
+      fail("truncated: " + std::string(field) + " needs " + num(n) + " bytes, the file ends after " +
+           num(r_.remaining()));
       return false;
     }
     out = r_.text(n);
@@ -428,7 +433,8 @@ class parser {
     if (!u32(flags, "flags")) return false;
     if (flags != 0) return check("flags = " + num(flags) + " (reserved, must be 0)");
     if (!u32(f.layers, "layer count")) return false;
-    if (f.layers == 0 || f.layers > max_layers) return check("layer count " + num(f.layers) + " (must be in [1, 4096])");
+    if (f.layers == 0 || f.layers > max_layers)
+      return check("layer count " + num(f.layers) + " (must be in [1, 4096])");
     std::uint16_t label_len = 0;
     if (!u16(label_len, "label length") || !text(label_len, f.label, "label")) return false;
     std::uint16_t regions = 0;
@@ -441,7 +447,8 @@ class parser {
       if (len == 0) return check("region " + num(i) + " has an empty name");
       if (!text(len, name, "region name")) return false;
       for (std::size_t j = 0; j < f.region_names.size(); ++j)
-        if (f.region_names[j] == name) return check("region " + num(i) + " name '" + name + "' repeats region " + num(j));
+        if (f.region_names[j] == name)
+          return check("region " + num(i) + " name '" + name + "' repeats region " + num(j));
       f.region_names.push_back(std::move(name));
     }
     return true;
@@ -450,8 +457,8 @@ class parser {
   bool episode(const trace_file& f, trace::episode& ep) {
     std::uint16_t name_len = 0;
     std::uint32_t events = 0;
-    if (!u16(name_len, "episode name length") || !text(name_len, ep.name, "episode name") || !u64(ep.seed, "episode seed") ||
-        !u32(events, "event count"))
+    if (!u16(name_len, "episode name length") || !text(name_len, ep.name, "episode name") ||
+        !u64(ep.seed, "episode seed") || !u32(events, "event count"))
       return false;
     if (events > r_.remaining() / min_event_bytes)
       return check("event count " + num(events) + " cannot fit in the " + num(r_.remaining()) + " bytes left");
@@ -472,7 +479,8 @@ class parser {
       case event_kind::segment: {
         trace::segment s;
         const auto at = r_.offset();
-        if (!u32(s.step, "segment step") || !u8(s.region, "segment region") || !u32(s.tokens, "segment tokens")) return false;
+        if (!u32(s.step, "segment step") || !u8(s.region, "segment region") || !u32(s.tokens, "segment tokens"))
+          return false;
         field_at_ = at;
         if (!check(checker.segment(s))) return false;
         ep.events.emplace_back(s);
@@ -522,7 +530,8 @@ class parser {
     std::uint32_t count = context;
     if (out.sparse) {
       if (!u32(count, "sparse entry count")) return false;
-      if (count > context) return check("sparse entry count " + num(count) + " exceeds the context of " + num(context) + " tokens");
+      if (count > context)
+        return check("sparse entry count " + num(count) + " exceeds the context of " + num(context) + " tokens");
       if (std::uint64_t{count} * 8 > r_.remaining())
         return check("truncated: " + num(count) + " sparse entries need " + num(std::uint64_t{count} * 8) +
                      " bytes, the file ends after " + num(r_.remaining()));
@@ -615,9 +624,11 @@ struct parse_result {
           } else if (!row.positions.empty()) {
             why = "dense row carries " + detail::num(row.positions.size()) + " positions";
           } else if (row.mass.size() != a.context) {
-            why = "dense row has " + detail::num(row.mass.size()) + " masses for a context of " + detail::num(a.context) + " tokens";
+            why = "dense row has " + detail::num(row.mass.size()) + " masses for a context of " +
+                  detail::num(a.context) + " tokens";
           }
-          for (std::size_t j = 0; why.empty() && j < row.mass.size(); ++j) why = detail::episode_checker::mass(row.mass[j], j);
+          for (std::size_t j = 0; why.empty() && j < row.mass.size(); ++j)
+            why = detail::episode_checker::mass(row.mass[j], j);
           if (!why.empty()) why = layer + why;
         }
       }

@@ -77,13 +77,13 @@ struct length_range {
 /// What the episodes look like: segment lengths per kind and the mix of actions.
 struct episode_shape {
   length_range system{40, 56};
-  length_range task{24, 40};        ///< the user's first turn
-  length_range plan{16, 24};        ///< the first plan
+  length_range task{24, 40};  ///< the user's first turn
+  length_range plan{16, 24};  ///< the first plan
   length_range tool_in{8, 16};
   length_range tool_out{48, 96};
   length_range retrieval{48, 96};
   length_range scratchpad{16, 40};
-  length_range follow_up{12, 24};   ///< later user turns
+  length_range follow_up{12, 24};  ///< later user turns
   length_range plan_update{8, 16};
   /// Relative weights of the actions after the plan: tool call, retrieval, scratchpad, user follow-up, plan update.
   std::array<double, 5> action_weights{0.35, 0.15, 0.25, 0.10, 0.15};
@@ -91,35 +91,35 @@ struct episode_shape {
 
 /// The attention model of one region (see the header comment).
 struct region_attention {
-  double half_life;          ///< h_r, steps
-  double amplitude;          ///< A_r: excess over the floor right after a (re)reference
-  double floor;              ///< floor_r: the long-range level
-  double rereference_weight; ///< how often re-reads pick this region's spans
+  double half_life;           ///< h_r, steps
+  double amplitude;           ///< A_r: excess over the floor right after a (re)reference
+  double floor;               ///< floor_r: the long-range level
+  double rereference_weight;  ///< how often re-reads pick this region's spans
 };
 
 /// The per-region model for the default seven regions, half-lives matching default_region_table().
 inline std::array<region_attention, regions::default_count> default_region_attention() {
   return {{
-      {170.0, 3.0, 1.0, 0.5},   // system
-      {120.0, 4.0, 1.0, 2.0},   // plan
-      {80.0, 4.0, 1.0, 2.0},    // user
-      {30.0, 3.0, 1.0, 0.5},    // tool_in
-      {40.0, 3.0, 1.0, 1.0},    // tool_out
-      {100.0, 3.0, 1.0, 1.5},   // retrieval
-      {15.0, 5.0, 1.0, 0.5},    // scratchpad
+      {170.0, 3.0, 1.0, 0.5},  // system
+      {120.0, 4.0, 1.0, 2.0},  // plan
+      {80.0, 4.0, 1.0, 2.0},   // user
+      {30.0, 3.0, 1.0, 0.5},   // tool_in
+      {40.0, 3.0, 1.0, 1.0},   // tool_out
+      {100.0, 3.0, 1.0, 1.5},  // retrieval
+      {15.0, 5.0, 1.0, 0.5},   // scratchpad
   }};
 }
 
 /// Everything the generator does is a pure function of this.
 struct generator_config {
   std::uint64_t seed = 1;
-  std::uint32_t tokens = 450;           ///< every episode holds exactly this many tokens
-  std::uint32_t layers = 1;             ///< attention rows per observation
-  std::uint32_t prefill_chunk = 32;     ///< tokens per step for prefilled regions
-  std::uint32_t observe_every = 2;      ///< an observation every k steps (and at every query)
+  std::uint32_t tokens = 450;        ///< every episode holds exactly this many tokens
+  std::uint32_t layers = 1;          ///< attention rows per observation
+  std::uint32_t prefill_chunk = 32;  ///< tokens per step for prefilled regions
+  std::uint32_t observe_every = 2;   ///< an observation every k steps (and at every query)
   episode_shape shape{};
   std::array<region_attention, regions::default_count> attention = default_region_attention();
-  double sink = 4.0;                    ///< extra weight of each of the first sink_tokens tokens
+  double sink = 4.0;  ///< extra weight of each of the first sink_tokens tokens
   std::uint32_t sink_tokens = 4;
   double recent = 6.0;                  ///< locality weight of the newest token
   double recent_scale = 8.0;            ///< tokens over which locality falls by e
@@ -169,9 +169,15 @@ inline generator_config tier_config(std::uint32_t tokens, std::uint64_t seed = 1
   c.seed = seed;
   c.tokens = tokens;
   if (tokens >= 1000) {
-    c.shape = episode_shape{.system = {96, 144}, .task = {40, 80}, .plan = {24, 48}, .tool_in = {8, 24},
-                            .tool_out = {128, 320}, .retrieval = {128, 256}, .scratchpad = {24, 64},
-                            .follow_up = {24, 56}, .plan_update = {16, 32}};
+    c.shape = episode_shape{.system = {96, 144},
+                            .task = {40, 80},
+                            .plan = {24, 48},
+                            .tool_in = {8, 24},
+                            .tool_out = {128, 320},
+                            .retrieval = {128, 256},
+                            .scratchpad = {24, 64},
+                            .follow_up = {24, 56},
+                            .plan_update = {16, 32}};
   }
   return c;
 }
@@ -308,7 +314,8 @@ inline episode generate_episode(const generator_config& c, std::uint64_t seed, s
       const step_t ready = arrival[sp.first + sp.length - 1];
       if (ready >= last_step) continue;  // nothing left to ask it in
       const step_t query = static_cast<step_t>(rng.between(ready + 1, last_step));
-      planted.push_back({probe{query, static_cast<std::uint32_t>(planted.size()), s.region, sp.first, sp.length}, ready});
+      planted.push_back(
+          {probe{query, static_cast<std::uint32_t>(planted.size()), s.region, sp.first, sp.length}, ready});
     }
   }
 
@@ -340,8 +347,8 @@ inline episode generate_episode(const generator_config& c, std::uint64_t seed, s
     };
     std::vector<burst> bursts;
     for (std::size_t f : queries[t])
-      bursts.push_back({{planted[f].query.first, planted[f].query.length},
-                        c.query_share / static_cast<double>(queries[t].size())});
+      bursts.push_back(
+          {{planted[f].query.first, planted[f].query.length}, c.query_share / static_cast<double>(queries[t].size())});
     if (rng.chance(c.rereference_rate)) {
       // Pick a region by weight among those present before this step, then a fact or a filler span of it.
       std::array<double, regions::default_count> present{};
@@ -357,8 +364,8 @@ inline episode generate_episode(const generator_config& c, std::uint64_t seed, s
         for (const auto& f : planted)
           if (f.query.region == r && f.planted < t) facts_of_r.push_back({f.query.first, f.query.length});
         if (!facts_of_r.empty() && rng.chance(0.5)) {
-          bursts.push_back({facts_of_r[rng.between(0, static_cast<std::uint32_t>(facts_of_r.size() - 1))],
-                            c.rereference_share});
+          bursts.push_back(
+              {facts_of_r[rng.between(0, static_cast<std::uint32_t>(facts_of_r.size() - 1))], c.rereference_share});
         } else {
           std::vector<std::uint32_t> tokens_of_r;
           for (std::uint32_t j = 0; j < context; ++j)

@@ -41,7 +41,8 @@ class block_pool {
     if (page_size == 0 || !std::has_single_bit(page_size))
       detail::raise_config("block_pool page_size = " + detail::to_text(page_size) + " (must be a power of two)");
     if (num_blocks > 0 && !fits_page_id(num_blocks - 1))
-      detail::raise_config("block_pool num_blocks = " + detail::to_text(num_blocks) + " (ids do not fit the page id type)");
+      detail::raise_config("block_pool num_blocks = " + detail::to_text(num_blocks) +
+                           " (ids do not fit the page id type)");
     free_.reserve(num_blocks);
     for (std::size_t i = num_blocks; i-- > 0;) free_.push_back(static_cast<PageId>(i));  // pop_back gives 0 first
   }
@@ -203,10 +204,10 @@ class block_pool {
     std::vector<PageId> blocks;
     std::size_t tokens = 0;
   };
-  [[nodiscard]] static bool fits_page_id(std::size_t id) noexcept {
-    return std::in_range<PageId>(id);
+  [[nodiscard]] static bool fits_page_id(std::size_t id) noexcept { return std::in_range<PageId>(id); }
+  [[nodiscard]] std::size_t pages_for(std::size_t tokens) const noexcept {
+    return (tokens + page_size_ - 1) / page_size_;
   }
-  [[nodiscard]] std::size_t pages_for(std::size_t tokens) const noexcept { return (tokens + page_size_ - 1) / page_size_; }
   // Drops one reference; the last one returns the block to the free list. Never allocates: free_ was reserved
   // for every block at construction.
   void release(PageId id) noexcept {

@@ -41,7 +41,10 @@ class flashinfer_csr {
   /// for a page size that is not a power of two (or does not fit int32); input_error for inconsistent arrays.
   flashinfer_csr(std::span<std::int32_t> indptr, std::span<std::int32_t> indices,
                  std::span<const std::int32_t> last_page_len, std::size_t page_size, std::size_t num_pool_pages)
-      : indptr_(indptr), indices_(indices), last_page_len_(last_page_len), page_size_(page_size),
+      : indptr_(indptr),
+        indices_(indices),
+        last_page_len_(last_page_len),
+        page_size_(page_size),
         num_pool_pages_(num_pool_pages) {
     if (page_size == 0 || !std::has_single_bit(page_size) || !std::in_range<std::int32_t>(page_size))
       detail::raise_config("flashinfer_csr page_size = " + detail::to_text(page_size) +
@@ -91,24 +94,26 @@ class flashinfer_csr {
     if (indptr_.size() != last_page_len_.size() + 1)
       detail::raise_input("flashinfer_csr: indptr has " + detail::to_text(indptr_.size()) +
                           " entries, expected batch + 1 = " + detail::to_text(last_page_len_.size() + 1));
-    if (indptr_[0] != 0) detail::raise_input("flashinfer_csr: indptr[0] = " + detail::to_text(indptr_[0]) + " (must be 0)");
+    if (indptr_[0] != 0)
+      detail::raise_input("flashinfer_csr: indptr[0] = " + detail::to_text(indptr_[0]) + " (must be 0)");
     std::size_t longest = 0;
     for (std::size_t r = 0; r < batch_size(); ++r) {
       if (indptr_[r + 1] < indptr_[r])
-        detail::raise_input("flashinfer_csr: indptr is not monotone (indptr[" + detail::to_text(r + 1) + "] = " +
-                            detail::to_text(indptr_[r + 1]) + " < indptr[" + detail::to_text(r) + "] = " +
-                            detail::to_text(indptr_[r]) + ")");
+        detail::raise_input("flashinfer_csr: indptr is not monotone (indptr[" + detail::to_text(r + 1) +
+                            "] = " + detail::to_text(indptr_[r + 1]) + " < indptr[" + detail::to_text(r) +
+                            "] = " + detail::to_text(indptr_[r]) + ")");
       if (indptr_[r + 1] == indptr_[r])
         detail::raise_input("flashinfer_csr: request " + detail::to_text(r) +
                             " has no pages (FlashInfer needs 0 < last_page_len, so at least one page)");
       if (last_page_len_[r] <= 0 || static_cast<std::size_t>(last_page_len_[r]) > page_size_)
-        detail::raise_input("flashinfer_csr: last_page_len[" + detail::to_text(r) + "] = " +
-                            detail::to_text(last_page_len_[r]) + " (must be in [1, " + detail::to_text(page_size_) + "])");
+        detail::raise_input("flashinfer_csr: last_page_len[" + detail::to_text(r) +
+                            "] = " + detail::to_text(last_page_len_[r]) + " (must be in [1, " +
+                            detail::to_text(page_size_) + "])");
       longest = std::max(longest, static_cast<std::size_t>(indptr_[r + 1] - indptr_[r]));
     }
     if (static_cast<std::size_t>(indptr_.back()) > indices_.size())
-      detail::raise_input("flashinfer_csr: indptr[batch] = " + detail::to_text(indptr_.back()) +
-                          " but indices holds " + detail::to_text(indices_.size()) + " entries");
+      detail::raise_input("flashinfer_csr: indptr[batch] = " + detail::to_text(indptr_.back()) + " but indices holds " +
+                          detail::to_text(indices_.size()) + " entries");
     std::vector<std::int32_t> sorted;
     sorted.reserve(longest);
     for (std::size_t r = 0; r < batch_size(); ++r) {
@@ -134,8 +139,8 @@ class flashinfer_csr {
       detail::raise_usage("remove_pages: cannot remove every page of request " + detail::to_text(r) +
                           " (FlashInfer needs at least one page, with 0 < last_page_len)");
     if (!pages.empty() && pages.back() == n - 1 && static_cast<std::size_t>(last_page_len_[r]) != page_size_)
-      detail::raise_usage("remove_pages: logical page " + detail::to_text(n - 1) + " of request " +
-                          detail::to_text(r) + " is the partial last page");
+      detail::raise_usage("remove_pages: logical page " + detail::to_text(n - 1) + " of request " + detail::to_text(r) +
+                          " is the partial last page");
   }
 
   /// Removes the strictly ascending logical pages of request r: compacts `indices`, lowers the later `indptr`
@@ -151,7 +156,8 @@ class flashinfer_csr {
     if (pages.empty()) return removed;
     compact_pages(indices_.subspan(begin, end - begin), 1, pages);
     const std::size_t k = pages.size(), total = nnz();
-    std::copy(indices_.begin() + static_cast<std::ptrdiff_t>(end), indices_.begin() + static_cast<std::ptrdiff_t>(total),
+    std::copy(indices_.begin() + static_cast<std::ptrdiff_t>(end),
+              indices_.begin() + static_cast<std::ptrdiff_t>(total),
               indices_.begin() + static_cast<std::ptrdiff_t>(end - k));
     for (std::size_t j = r + 1; j < indptr_.size(); ++j) indptr_[j] -= static_cast<std::int32_t>(k);
     return removed;

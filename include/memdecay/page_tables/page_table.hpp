@@ -42,16 +42,16 @@ concept page_table = requires(T& table, const T& const_table, const typename T::
   { const_table.page_size() } -> std::convertible_to<std::size_t>;
   { const_table.num_pages(seq) } -> std::convertible_to<std::size_t>;
   { const_table.page_at(seq, index) } -> std::convertible_to<typename T::page_id>;
-  { table.remove_pages(seq, pages) };
+  {table.remove_pages(seq, pages)};
 };
 
 /// A page table that can check a removal without doing it: check_remove_pages(seq, pages) throws the error that
 /// remove_pages(seq, pages) would throw, and returns normally exactly when remove_pages would succeed.
 template <class T>
-concept checked_page_table =
-    page_table<T> && requires(const T& table, const typename T::sequence_id& seq, std::span<const std::size_t> pages) {
-      { table.check_remove_pages(seq, pages) };
-    };
+concept checked_page_table = page_table<T> &&
+    requires(const T& table, const typename T::sequence_id& seq, std::span<const std::size_t> pages) {
+  {table.check_remove_pages(seq, pages)};
+};
 
 /// A page table that knows how many holders each physical page has (1: private to one sequence).
 template <class T>

@@ -121,12 +121,15 @@ class sglang_req_to_token {
     const auto row = slots_.subspan(r * stride_, static_cast<std::size_t>(lens_[r]));
     std::vector<std::int32_t> freed;
     freed.reserve(pages.size() * page_size_);
-    for (std::size_t p : pages) freed.insert(freed.end(), row.begin() + p * page_size_, row.begin() + (p + 1) * page_size_);
+    for (std::size_t p : pages)
+      freed.insert(freed.end(), row.begin() + p * page_size_, row.begin() + (p + 1) * page_size_);
     std::sort(freed.begin(), freed.end());
     std::vector<slot_range> ranges;
     for (std::int32_t slot : freed) {
-      if (!ranges.empty() && ranges.back().end == slot) ++ranges.back().end;
-      else ranges.push_back({slot, slot + 1});
+      if (!ranges.empty() && ranges.back().end == slot)
+        ++ranges.back().end;
+      else
+        ranges.push_back({slot, slot + 1});
     }
     lens_[r] = static_cast<std::int64_t>(compact_pages(row, page_size_, pages));
     return ranges;

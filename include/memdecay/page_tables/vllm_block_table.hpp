@@ -40,7 +40,10 @@ class vllm_block_table {
   /// that is not a power of two; input_error for inconsistent arrays.
   vllm_block_table(std::span<std::int32_t> block_ids, std::span<std::int32_t> num_blocks_per_row,
                    std::size_t max_blocks_per_row, std::size_t page_size, std::size_t num_pool_blocks)
-      : block_ids_(block_ids), num_blocks_(num_blocks_per_row), stride_(max_blocks_per_row), page_size_(page_size),
+      : block_ids_(block_ids),
+        num_blocks_(num_blocks_per_row),
+        stride_(max_blocks_per_row),
+        page_size_(page_size),
         num_pool_blocks_(num_pool_blocks) {
     if (page_size == 0 || !std::has_single_bit(page_size))
       detail::raise_config("vllm_block_table page_size = " + detail::to_text(page_size) + " (must be a power of two)");

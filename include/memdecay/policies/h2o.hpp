@@ -44,7 +44,8 @@ class h2o {
   using float_type = Float;
   struct params_type {
     std::size_t recent_tokens = 0;  ///< a fixed recent window (recent_size), in tokens
-    double recent_fraction = 0.5;   ///< the recent window as a share of the token budget (recent_ratio / (heavy + recent))
+    double recent_fraction =
+        0.5;  ///< the recent window as a share of the token budget (recent_ratio / (heavy + recent))
   };
   static constexpr std::string_view name = "h2o";
 

@@ -69,11 +69,11 @@ struct region_contribution {
 /// Why a page scores what it scores under policies::memdecay (for logs and the demo; not on the hot path).
 template <std::floating_point Float>
 struct page_explanation {
-  std::size_t page;                 ///< logical index in the resident layout
-  std::uint64_t first_position;     ///< absolute position of its first token
+  std::size_t page;              ///< logical index in the resident layout
+  std::uint64_t first_position;  ///< absolute position of its first token
   std::size_t tokens;
   page_status status;
-  score_terms<Float> terms;         ///< mean decay and attention terms; terms.total() is the page score
+  score_terms<Float> terms;  ///< mean decay and attention terms; terms.total() is the page score
   std::vector<region_contribution<Float>> by_region;  ///< ascending region id
 };
 
@@ -145,8 +145,7 @@ class memdecay {
   void on_advance(const sequence_view& view) noexcept {
     scores_valid_ = false;
     if (expfree_)
-      simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_,
-                            weights_.data());
+      simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_, weights_.data());
   }
   /// Chooses the scorer (see the top of this file): on, the exp-free kernel whenever the region table is inside
   /// its domain; off, the polynomial-exp kernel. Returns whether the exp-free kernel is now in use. The two agree
@@ -209,8 +208,8 @@ class memdecay {
         scores_.resize(view.num_pages());  // within the capacity: cannot throw
         const std::size_t refreshed =
             expfree ? simd::observe_and_score_expfree(view.labels.data(), last_refresh_.data(), weights_.data(),
-                                                      ewma_.data(), mass.data(), view.kv_len(), view.page_size,
-                                                      clock_, params_, alpha_, scores_.data())
+                                                      ewma_.data(), mass.data(), view.kv_len(), view.page_size, clock_,
+                                                      params_, alpha_, scores_.data())
                     : simd::observe_and_score(view.labels.data(), last_refresh_.data(), ewma_.data(), mass.data(),
                                               view.kv_len(), view.page_size, view.now, params_, lut_, alpha_,
                                               scores_.data());
@@ -313,13 +312,13 @@ class memdecay {
   attention_normalization mode_;
   Float alpha_;
   observation_params<Float> params_;
-  simd::region_lut<Float> lut_;  ///< the region table in the SIMD scorer's layout
+  simd::region_lut<Float> lut_;       ///< the region table in the SIMD scorer's layout
   simd::expfree_clock<Float> clock_;  ///< exp-free factors at the last on_advance step
   bool expfree_ = false;              ///< scores from the exp-free kernel
   std::vector<Float> weights_;        ///< exp-free w_i, one per resident token
   page_aggregation aggregation_;
-  std::vector<Float> scores_;         ///< page scores left by the last fused observation ...
-  bool scores_valid_ = false;         ///< ... valid until the next hook, for this step and token count
+  std::vector<Float> scores_;  ///< page scores left by the last fused observation ...
+  bool scores_valid_ = false;  ///< ... valid until the next hook, for this step and token count
   step_t scores_step_ = 0;
   std::size_t scores_tokens_ = 0;
   std::vector<step_t> last_refresh_;

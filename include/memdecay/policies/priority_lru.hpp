@@ -64,8 +64,8 @@ class priority_lru {
                            " entries, the region table has " + detail::to_text(table.size()));
     for (std::size_t r = 0; r < priority_.size(); ++r)
       if (priority_[r] < min_priority || priority_[r] > max_priority)
-        detail::raise_config("priority_lru.region_priority[" + detail::to_text(r) + "] = " +
-                             detail::to_text(priority_[r]) + " (must be in [0, 100])");
+        detail::raise_config("priority_lru.region_priority[" + detail::to_text(r) +
+                             "] = " + detail::to_text(priority_[r]) + " (must be in [0, 100])");
     if (std::isnan(threshold_) || threshold_ < 0.0)
       detail::raise_config("priority_lru.refresh_threshold = " + detail::to_text(threshold_) + " (must be >= 0)");
   }

@@ -42,8 +42,7 @@ class streaming_llm : public policy_support::stateless_hooks<Float> {
   void page_scores(const sequence_view& view, std::span<Float> out) const noexcept {
     for (std::size_t p = 0; p < view.num_pages(); ++p) {
       const std::uint64_t origin = view.page_origins[p];
-      out[p] = origin * view.page_size < sink_tokens_ ? policy_support::keep_score<Float>
-                                                      : static_cast<Float>(origin);
+      out[p] = origin * view.page_size < sink_tokens_ ? policy_support::keep_score<Float> : static_cast<Float>(origin);
     }
   }
   [[nodiscard]] std::uint64_t digest() const noexcept { return sink_tokens_; }

@@ -18,8 +18,8 @@
 #ifndef MEMDECAY_SIMD_ARCH_HPP
 #define MEMDECAY_SIMD_ARCH_HPP
 
-#if !defined(MEMDECAY_SIMD_ENABLE_AVX512) && defined(__AVX512F__) && defined(__AVX512VL__) && \
-    defined(__AVX512DQ__) && defined(__AVX512BW__)
+#if !defined(MEMDECAY_SIMD_ENABLE_AVX512) && defined(__AVX512F__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512BW__)
 #define MEMDECAY_SIMD_ENABLE_AVX512 1
 #endif
 #if !defined(MEMDECAY_SIMD_ENABLE_AVX2) && (defined(__AVX2__) || defined(MEMDECAY_SIMD_ENABLE_AVX512))
@@ -72,10 +72,9 @@
 // GCC 12 reports -W(maybe-)uninitialized inside its own AVX-512 intrinsics (_mm512_undefined_ps) once they are
 // inlined at -O2; every simd header wraps its definitions in these so that -Werror builds stay clean.
 #if defined(__GNUC__) && !defined(__clang__)
-#define MEMDECAY_SIMD_BEGIN                                   \
-  _Pragma("GCC diagnostic push")                              \
-  _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
-  _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define MEMDECAY_SIMD_BEGIN                                                                  \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
 #define MEMDECAY_SIMD_END _Pragma("GCC diagnostic pop")
 #else
 #define MEMDECAY_SIMD_BEGIN

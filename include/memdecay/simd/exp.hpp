@@ -40,8 +40,8 @@ struct exp_constants;
 
 template <>
 struct exp_constants<float> {
-  static constexpr float lo = -87.3f;          ///< exp(lo) ~ 1.2e-38 >= FLT_MIN: 2^n stays normal
-  static constexpr float hi = 88.3f;           ///< n <= 127
+  static constexpr float lo = -87.3f;  ///< exp(lo) ~ 1.2e-38 >= FLT_MIN: 2^n stays normal
+  static constexpr float hi = 88.3f;   ///< n <= 127
   static constexpr float log2e = 1.44269504088896341f;
   static constexpr float shifter = 12582912.0f;  ///< 1.5 * 2^23
   static constexpr float ln2_hi = 0.693359375f;  ///< 9 significant bits: n * ln2_hi is exact
@@ -85,18 +85,18 @@ template <class P, bool Clamp>
     y = P::add(P::fma(p, P::mul(r, r), r), P::set1(1.0f));
   } else {
     // Taylor to r^13 (1/k!), Horner from the top.
-    reg p = P::set1(1.0 / 6227020800.0);                // 1/13!
-    p = P::fma(p, r, P::set1(1.0 / 479001600.0));       // 1/12!
-    p = P::fma(p, r, P::set1(1.0 / 39916800.0));        // 1/11!
-    p = P::fma(p, r, P::set1(1.0 / 3628800.0));         // 1/10!
-    p = P::fma(p, r, P::set1(1.0 / 362880.0));          // 1/9!
-    p = P::fma(p, r, P::set1(1.0 / 40320.0));           // 1/8!
-    p = P::fma(p, r, P::set1(1.0 / 5040.0));            // 1/7!
-    p = P::fma(p, r, P::set1(1.0 / 720.0));             // 1/6!
-    p = P::fma(p, r, P::set1(1.0 / 120.0));             // 1/5!
-    p = P::fma(p, r, P::set1(1.0 / 24.0));              // 1/4!
-    p = P::fma(p, r, P::set1(1.0 / 6.0));               // 1/3!
-    p = P::fma(p, r, P::set1(0.5));                     // 1/2!
+    reg p = P::set1(1.0 / 6227020800.0);           // 1/13!
+    p = P::fma(p, r, P::set1(1.0 / 479001600.0));  // 1/12!
+    p = P::fma(p, r, P::set1(1.0 / 39916800.0));   // 1/11!
+    p = P::fma(p, r, P::set1(1.0 / 3628800.0));    // 1/10!
+    p = P::fma(p, r, P::set1(1.0 / 362880.0));     // 1/9!
+    p = P::fma(p, r, P::set1(1.0 / 40320.0));      // 1/8!
+    p = P::fma(p, r, P::set1(1.0 / 5040.0));       // 1/7!
+    p = P::fma(p, r, P::set1(1.0 / 720.0));        // 1/6!
+    p = P::fma(p, r, P::set1(1.0 / 120.0));        // 1/5!
+    p = P::fma(p, r, P::set1(1.0 / 24.0));         // 1/4!
+    p = P::fma(p, r, P::set1(1.0 / 6.0));          // 1/3!
+    p = P::fma(p, r, P::set1(0.5));                // 1/2!
     y = P::add(P::fma(p, P::mul(r, r), r), P::set1(1.0));
   }
   return P::zero_below(x, lo, P::mul(y, P::pow2_shifted(k)));

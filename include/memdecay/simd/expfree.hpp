@@ -197,8 +197,8 @@ void rebase_weights(const region_id* regions, const step_t* last_refresh, std::s
 
 /// Sets w[i] = g_r(now) for tokens [first, last) (tokens appended at now, or refreshed at now).
 template <std::floating_point Float>
-void refresh_weights(const region_id* regions, std::size_t first, std::size_t last,
-                     const expfree_clock<Float>& clock, Float* w) noexcept {
+void refresh_weights(const region_id* regions, std::size_t first, std::size_t last, const expfree_clock<Float>& clock,
+                     Float* w) noexcept {
   const Float* g = clock.refresh_weight();
   for (std::size_t i = first; i < last; ++i) w[i] = g[regions[i]];
 }
@@ -209,13 +209,17 @@ namespace detail {
 template <class P>
 MEMDECAY_SIMD_INLINE void store_where(typename P::value_type* p, typename P::mask m, typename P::reg b,
                                       typename P::reg blended) noexcept {
-  if constexpr (requires { P::masked_store(p, m, b); }) P::masked_store(p, m, b);
-  else P::store(p, blended);
+  if constexpr (requires { P::masked_store(p, m, b); })
+    P::masked_store(p, m, b);
+  else
+    P::store(p, blended);
 }
 template <class P>
 MEMDECAY_SIMD_INLINE void store_u32_where(step_t* p, typename P::mask m, step_t v) noexcept {
-  if constexpr (requires { P::masked_store_u32(p, m, v); }) P::masked_store_u32(p, m, v);
-  else P::store_u32(p, P::blend_u32(P::load_u32(p), v, m));
+  if constexpr (requires { P::masked_store_u32(p, m, v); })
+    P::masked_store_u32(p, m, v);
+  else
+    P::store_u32(p, P::blend_u32(P::load_u32(p), v, m));
 }
 
 /// The per-register pieces of the exp-free kernels.
@@ -227,7 +231,8 @@ struct expfree_token {
   reg alpha;
 
   expfree_token(const expfree_clock<Float>& clock, Float alpha_value) noexcept
-      : factor(P::make_table(clock.factor())), refresh(P::make_table(clock.refresh_weight())),
+      : factor(P::make_table(clock.factor())),
+        refresh(P::make_table(clock.refresh_weight())),
         alpha(P::set1(alpha_value)) {}
 
   [[nodiscard]] MEMDECAY_SIMD_INLINE reg score(const region_id* r, reg w, reg ewma) const noexcept {
@@ -269,8 +274,12 @@ struct expfree_fused_token {
   std::size_t refreshed = 0;
 
   expfree_fused_token(const expfree_clock<Float>& clock, const observation_params<Float>& p, Float alpha) noexcept
-      : tok(clock, alpha), scale(P::set1(p.scale)), beta(P::set1(p.beta)), one_minus_beta(P::set1(Float{1} - p.beta)),
-        tau(P::set1(p.tau)), now(clock.now()) {}
+      : tok(clock, alpha),
+        scale(P::set1(p.scale)),
+        beta(P::set1(p.beta)),
+        one_minus_beta(P::set1(Float{1} - p.beta)),
+        tau(P::set1(p.tau)),
+        now(clock.now()) {}
 
   MEMDECAY_SIMD_INLINE reg operator()(const region_id* r, step_t* last_refresh, Float* w, Float* ewma,
                                       const Float* mass) noexcept {
@@ -299,8 +308,7 @@ std::size_t observe_and_score_expfree_impl(const region_id* regions, step_t* las
   expfree_fused_token<P, Small> vec(clock, obs, alpha);
   expfree_fused_token<S, false> one(clock, obs, alpha);
   page_loop<P, PageSize>(
-      n, page_size, out,
-      [&](std::size_t i) { return vec(regions + i, last_refresh + i, w + i, ewma + i, mass + i); },
+      n, page_size, out, [&](std::size_t i) { return vec(regions + i, last_refresh + i, w + i, ewma + i, mass + i); },
       [&](std::size_t i) { return one(regions + i, last_refresh + i, w + i, ewma + i, mass + i); });
   return vec.refreshed + one.refreshed;
 }
@@ -359,10 +367,10 @@ std::size_t observe_and_score_expfree(const region_id* regions, step_t* last_ref
                                       const expfree_clock<Float>& clock, const observation_params<Float>& obs,
                                       Float alpha, Float* out) noexcept {
   if (clock.size() <= packet<Float, A>::table_lanes)
-    return detail::observe_and_score_expfree_impl<A, PageSize, true>(regions, last_refresh, w, ewma, mass, n,
-                                                                     page_size, clock, obs, alpha, out);
-  return detail::observe_and_score_expfree_impl<A, PageSize, false>(regions, last_refresh, w, ewma, mass, n,
-                                                                    page_size, clock, obs, alpha, out);
+    return detail::observe_and_score_expfree_impl<A, PageSize, true>(regions, last_refresh, w, ewma, mass, n, page_size,
+                                                                     clock, obs, alpha, out);
+  return detail::observe_and_score_expfree_impl<A, PageSize, false>(regions, last_refresh, w, ewma, mass, n, page_size,
+                                                                    clock, obs, alpha, out);
 }
 
 /// After an observation applied elsewhere (observe_tokens_reference): w = g_r(now) where last_refresh == now, then
@@ -372,11 +380,11 @@ void sync_and_score_expfree(const region_id* regions, const step_t* last_refresh
                             std::size_t n, std::size_t page_size, const expfree_clock<Float>& clock, Float alpha,
                             Float* out) noexcept {
   if (clock.size() <= packet<Float, A>::table_lanes)
-    detail::sync_and_score_expfree_impl<A, PageSize, true>(regions, last_refresh, w, ewma, n, page_size, clock,
-                                                           alpha, out);
+    detail::sync_and_score_expfree_impl<A, PageSize, true>(regions, last_refresh, w, ewma, n, page_size, clock, alpha,
+                                                           out);
   else
-    detail::sync_and_score_expfree_impl<A, PageSize, false>(regions, last_refresh, w, ewma, n, page_size, clock,
-                                                            alpha, out);
+    detail::sync_and_score_expfree_impl<A, PageSize, false>(regions, last_refresh, w, ewma, n, page_size, clock, alpha,
+                                                            out);
 }
 
 /// Moves `clock` to `now`, rebasing the n weights `w` first when needed (from the tokens' labels and integer
@@ -436,8 +444,8 @@ std::size_t observe_and_score_expfree(token_state<Float, PageSize>& state, std::
                                       std::span<const Float> mass, const observation_params<Float>& obs,
                                       const expfree_clock<Float>& clock, Float alpha, std::span<Float> out) noexcept {
   return observe_and_score_expfree<A, PageSize>(state.regions().data(), state.last_refresh_mut().data(), w.data(),
-                                                state.ewma_mut().data(), mass.data(), state.kv_len(),
-                                                state.page_size(), clock, obs, alpha, out.data());
+                                                state.ewma_mut().data(), mass.data(), state.kv_len(), state.page_size(),
+                                                clock, obs, alpha, out.data());
 }
 
 }  // namespace memdecay::simd

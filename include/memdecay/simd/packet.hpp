@@ -72,8 +72,10 @@ struct packet<Float, isa::scalar> {
   /// a * b + c (fused where the vector isas fuse; std::fma is exact on every target, so the tail matches them).
   static MEMDECAY_SIMD_INLINE reg fma(reg a, reg b, reg c) noexcept {
 #if MEMDECAY_SIMD_HAS_FMA
-    if constexpr (std::same_as<Float, float>) return __builtin_fmaf(a, b, c);
-    else return __builtin_fma(a, b, c);
+    if constexpr (std::same_as<Float, float>)
+      return __builtin_fmaf(a, b, c);
+    else
+      return __builtin_fma(a, b, c);
 #else
     return a * b + c;
 #endif
@@ -83,8 +85,8 @@ struct packet<Float, isa::scalar> {
   /// The float whose bits are (bits(k) + bias) << mantissa_bits: 2^n when k = n + 1.5 * 2^mantissa_bits.
   static MEMDECAY_SIMD_INLINE reg pow2_shifted(reg k) noexcept {
     using U = typename float_bits<Float>::uint;
-    const U bits = static_cast<U>((std::bit_cast<U>(k) + float_bits<Float>::exponent_bias)
-                                  << float_bits<Float>::mantissa_bits);
+    const U bits =
+        static_cast<U>((std::bit_cast<U>(k) + float_bits<Float>::exponent_bias) << float_bits<Float>::mantissa_bits);
     return std::bit_cast<Float>(bits);
   }
   /// y where x >= lo, else 0.
@@ -420,8 +422,7 @@ struct packet<float, isa::avx2> {
   static MEMDECAY_SIMD_INLINE reg min(reg a, reg b) noexcept { return _mm256_min_ps(a, b); }
   static MEMDECAY_SIMD_INLINE reg max(reg a, reg b) noexcept { return _mm256_max_ps(a, b); }
   static MEMDECAY_SIMD_INLINE reg pow2_shifted(reg k) noexcept {
-    return _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(127)), 23));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(k), _mm256_set1_epi32(127)), 23));
   }
   static MEMDECAY_SIMD_INLINE reg zero_below(reg x, reg lo, reg y) noexcept {
     return _mm256_and_ps(_mm256_cmp_ps(x, lo, _CMP_GE_OQ), y);
@@ -464,8 +465,10 @@ struct packet<float, isa::avx2> {
   template <bool Small>
   static MEMDECAY_SIMD_INLINE reg lookup(const table& t, const region_id* r) noexcept {
     const __m256i idx = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r)));
-    if constexpr (Small) return _mm256_permutevar8x32_ps(t.vec, idx);
-    else return _mm256_i32gather_ps(t.ptr, idx, 4);
+    if constexpr (Small)
+      return _mm256_permutevar8x32_ps(t.vec, idx);
+    else
+      return _mm256_i32gather_ps(t.ptr, idx, 4);
   }
 };
 
@@ -573,8 +576,7 @@ struct packet<float, isa::avx512> {
   static MEMDECAY_SIMD_INLINE reg min(reg a, reg b) noexcept { return _mm512_min_ps(a, b); }
   static MEMDECAY_SIMD_INLINE reg max(reg a, reg b) noexcept { return _mm512_max_ps(a, b); }
   static MEMDECAY_SIMD_INLINE reg pow2_shifted(reg k) noexcept {
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(k), _mm512_set1_epi32(127)), 23));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(k), _mm512_set1_epi32(127)), 23));
   }
   static MEMDECAY_SIMD_INLINE reg zero_below(reg x, reg lo, reg y) noexcept {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), y);
@@ -629,8 +631,10 @@ struct packet<float, isa::avx512> {
   template <bool Small>
   static MEMDECAY_SIMD_INLINE reg lookup(const table& t, const region_id* r) noexcept {
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
-    if constexpr (Small) return _mm512_permutexvar_ps(idx, t.vec);
-    else return _mm512_i32gather_ps(idx, t.ptr, 4);
+    if constexpr (Small)
+      return _mm512_permutexvar_ps(idx, t.vec);
+    else
+      return _mm512_i32gather_ps(idx, t.ptr, 4);
   }
 };
 
@@ -679,9 +683,9 @@ struct packet<double, isa::avx512> {
   template <int M>
   static MEMDECAY_SIMD_INLINE reg transpose_level(reg x, reg y) noexcept {
     constexpr int h = M / 2;
-    const __m512i lo = _mm512_setr_epi64(0 / h * M + 0 % h, 1 / h * M + 1 % h, 2 / h * M + 2 % h, 3 / h * M + 3 % h,
-                                         8 + 0 / h * M + 0 % h, 8 + 1 / h * M + 1 % h, 8 + 2 / h * M + 2 % h,
-                                         8 + 3 / h * M + 3 % h);
+    const __m512i lo =
+        _mm512_setr_epi64(0 / h * M + 0 % h, 1 / h * M + 1 % h, 2 / h * M + 2 % h, 3 / h * M + 3 % h,
+                          8 + 0 / h * M + 0 % h, 8 + 1 / h * M + 1 % h, 8 + 2 / h * M + 2 % h, 8 + 3 / h * M + 3 % h);
     const __m512i hi = _mm512_add_epi64(lo, _mm512_set1_epi64(h));
     return _mm512_add_pd(_mm512_permutex2var_pd(x, lo, y), _mm512_permutex2var_pd(x, hi, y));
   }
@@ -711,14 +715,14 @@ struct packet<double, isa::avx512> {
   static MEMDECAY_SIMD_INLINE unsigned popcount(mask m) noexcept {
     return static_cast<unsigned>(std::popcount(static_cast<unsigned>(m)));
   }
-  static MEMDECAY_SIMD_INLINE table make_table(const double* t256) noexcept {
-    return {t256, _mm512_loadu_pd(t256)};
-  }
+  static MEMDECAY_SIMD_INLINE table make_table(const double* t256) noexcept { return {t256, _mm512_loadu_pd(t256)}; }
   template <bool Small>
   static MEMDECAY_SIMD_INLINE reg lookup(const table& t, const region_id* r) noexcept {
     const __m512i idx = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r)));
-    if constexpr (Small) return _mm512_permutexvar_pd(idx, t.vec);
-    else return _mm512_i64gather_pd(idx, t.ptr, 8);
+    if constexpr (Small)
+      return _mm512_permutexvar_pd(idx, t.vec);
+    else
+      return _mm512_i64gather_pd(idx, t.ptr, 8);
   }
 };
 #endif  // MEMDECAY_SIMD_ENABLE_AVX512

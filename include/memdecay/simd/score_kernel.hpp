@@ -84,7 +84,9 @@ struct token_scorer {
   step_t now;
 
   token_scorer(const region_lut<Float>& lut, Float alpha_value, step_t now_step) noexcept
-      : base(P::make_table(lut.base())), rate(P::make_table(lut.neg_rate())), alpha(P::set1(alpha_value)),
+      : base(P::make_table(lut.base())),
+        rate(P::make_table(lut.neg_rate())),
+        alpha(P::set1(alpha_value)),
         now(now_step) {}
 
   [[nodiscard]] MEMDECAY_SIMD_INLINE reg operator()(const region_id* r, typename P::ureg last_refresh,
@@ -105,13 +107,17 @@ struct token_observer {
   std::size_t refreshed = 0;
 
   token_observer(const observation_params<Float>& p, step_t now_step) noexcept
-      : scale(P::set1(p.scale)), beta(P::set1(p.beta)), one_minus_beta(P::set1(Float{1} - p.beta)),
-        tau(P::set1(p.tau)), now(now_step) {}
+      : scale(P::set1(p.scale)),
+        beta(P::set1(p.beta)),
+        one_minus_beta(P::set1(Float{1} - p.beta)),
+        tau(P::set1(p.tau)),
+        now(now_step) {}
 
   MEMDECAY_SIMD_INLINE void operator()(step_t* last_refresh, Float* ewma, const Float* mass,
                                        typename P::ureg& new_refresh, reg& new_ewma) noexcept {
     const reg x = P::mul(scale, P::load(mass));
-    new_ewma = P::fma(beta, P::load(ewma), P::mul(one_minus_beta, x));  // ewma_step: exact where fused_observation_exact
+    new_ewma =
+        P::fma(beta, P::load(ewma), P::mul(one_minus_beta, x));  // ewma_step: exact where fused_observation_exact
     const auto hit = P::gt(x, tau);
     new_refresh = P::blend_u32(P::load_u32(last_refresh), now, hit);
     refreshed += P::popcount(hit);
@@ -122,8 +128,8 @@ struct token_observer {
 
 /// Drives the page structure: `block(i)` scores the register of tokens starting at i, `one(i)` token i alone.
 template <class P, std::size_t PageSize, class Block, class One>
-MEMDECAY_SIMD_INLINE void page_loop(std::size_t n, std::size_t dynamic_size, typename P::value_type* out,
-                                    Block&& block, One&& one) noexcept {
+MEMDECAY_SIMD_INLINE void page_loop(std::size_t n, std::size_t dynamic_size, typename P::value_type* out, Block&& block,
+                                    One&& one) noexcept {
   using Float = typename P::value_type;
   constexpr std::size_t W = P::lanes;
   const std::size_t ps = PageSize != dynamic_page_size ? PageSize : dynamic_size;
@@ -234,10 +240,10 @@ std::size_t observe_and_score(const region_id* regions, step_t* last_refresh, Fl
                               std::size_t n, std::size_t page_size, step_t now, const observation_params<Float>& obs,
                               const region_lut<Float>& lut, Float alpha, Float* out) noexcept {
   if (lut.size() <= packet<Float, A>::table_lanes)
-    return detail::observe_and_score_impl<A, PageSize, true>(regions, last_refresh, ewma, mass, n, page_size, now,
-                                                             obs, lut, alpha, out);
-  return detail::observe_and_score_impl<A, PageSize, false>(regions, last_refresh, ewma, mass, n, page_size, now,
-                                                            obs, lut, alpha, out);
+    return detail::observe_and_score_impl<A, PageSize, true>(regions, last_refresh, ewma, mass, n, page_size, now, obs,
+                                                             lut, alpha, out);
+  return detail::observe_and_score_impl<A, PageSize, false>(regions, last_refresh, ewma, mass, n, page_size, now, obs,
+                                                            lut, alpha, out);
 }
 
 /// The observation alone (no scores): the vectorised observe_tokens_reference. Returns the refreshed count.
@@ -268,8 +274,8 @@ std::size_t observe(step_t* last_refresh, Float* ewma, const Float* mass, std::s
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
 void page_scores(const token_state<Float, PageSize>& state, const region_lut<Float>& lut, Float alpha,
                  std::span<Float> out) noexcept {
-  score_pages<A, PageSize>(state.regions().data(), state.last_refresh().data(), state.ewma().data(),
-                           state.kv_len(), state.page_size(), state.now(), lut, alpha, out.data());
+  score_pages<A, PageSize>(state.regions().data(), state.last_refresh().data(), state.ewma().data(), state.kv_len(),
+                           state.page_size(), state.now(), lut, alpha, out.data());
 }
 
 /// The fused pass on `state` (`mass`: kv_len() validated entries; `out`: num_pages() entries). The caller bumps

@@ -64,7 +64,8 @@ class safetensors_file {
     std::memcpy(&n, bytes.data(), 8);
     if (n > bytes.size() - 8)
       throw std::runtime_error(where + "header length " + std::to_string(n) + " exceeds the " +
-                               std::to_string(bytes.size() - 8) + " bytes after the length field (truncated file or "
+                               std::to_string(bytes.size() - 8) +
+                               " bytes after the length field (truncated file or "
                                "bad header length)");
     nlohmann::json header;
     try {

@@ -101,8 +101,7 @@ inline vocab_layout parse_vocab_layout(const nlohmann::json& j) {
   const auto& markers = detail::field(j, "region_markers", what);
   if (!markers.is_object()) throw std::runtime_error(what + ": field 'region_markers' is not an object");
   for (const auto& [name, id] : markers.items()) {
-    if (!id.is_number_integer())
-      throw std::runtime_error(what + ": region_markers['" + name + "'] is not an integer");
+    if (!id.is_number_integer()) throw std::runtime_error(what + ": region_markers['" + name + "'] is not an integer");
     v.region_markers[name] = id.get<int>();
   }
   v.key_first = detail::int_field(j, "key_first", what);
@@ -190,10 +189,18 @@ class tiny_lm {
     std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected = {{"embed", {V, d}}, {"norm_f", {d}}};
     for (int l = 0; l < c.n_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
-      for (auto& e : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
-               {"norm1", {d}}, {"conv_weight", {d, k}}, {"conv_bias", {d}}, {"wq", {d, d}}, {"wk", {d, d}},
-               {"wv", {d, d}}, {"wo", {d, d}}, {"norm2", {d}}, {"w1", {f, d}}, {"b1", {f}}, {"w2", {d, f}},
-               {"b2", {d}}})
+      for (auto& e : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{{"norm1", {d}},
+                                                                                    {"conv_weight", {d, k}},
+                                                                                    {"conv_bias", {d}},
+                                                                                    {"wq", {d, d}},
+                                                                                    {"wk", {d, d}},
+                                                                                    {"wv", {d, d}},
+                                                                                    {"wo", {d, d}},
+                                                                                    {"norm2", {d}},
+                                                                                    {"w1", {f, d}},
+                                                                                    {"b1", {f}},
+                                                                                    {"w2", {d, f}},
+                                                                                    {"b2", {d}}})
         expected.emplace_back(p + e.first, e.second);
     }
     for (const auto& [name, shape] : expected)
@@ -245,8 +252,8 @@ class tiny_lm {
   }
 
   struct reference_result {
-    std::vector<float> logits;                   // [n x vocab]
-    std::vector<std::vector<float>> attention;   // [layer][query * heads * n + head * n + key] when asked for
+    std::vector<float> logits;                  // [n x vocab]
+    std::vector<std::vector<float>> attention;  // [layer][query * heads * n + head * n + key] when asked for
   };
   // The dense reference forward at positions 0..n-1 where query i attends to key j exactly when
   // visible(i, j) (full_logits: j <= i). The convolution always sees the true previous tokens. With
@@ -255,8 +262,10 @@ class tiny_lm {
                                                    const std::function<bool(std::size_t, std::size_t)>& visible,
                                                    bool keep_attention = false) const {
     const auto& c = config_;
-    const std::size_t n = tokens.size(), d = static_cast<std::size_t>(c.d_model), H = static_cast<std::size_t>(c.n_heads);
-    const std::size_t hd = d / H, k = static_cast<std::size_t>(c.conv_kernel), f = static_cast<std::size_t>(c.mlp_hidden);
+    const std::size_t n = tokens.size(), d = static_cast<std::size_t>(c.d_model),
+                      H = static_cast<std::size_t>(c.n_heads);
+    const std::size_t hd = d / H, k = static_cast<std::size_t>(c.conv_kernel),
+                      f = static_cast<std::size_t>(c.mlp_hidden);
     check_tokens(tokens, "full_logits");
     reference_result out;
     matrix x(n, d), h(n, d), e(n + k - 1, d), cv(n, d), qkv(n, 3 * d), att(n, d), u(n, f);
@@ -423,7 +432,8 @@ class tiny_lm {
     const std::size_t hd = static_cast<std::size_t>(config_.head_dim()), half = hd / 2;
     inv_freq_.resize(half);
     for (std::size_t i = 0; i < half; ++i)
-      inv_freq_[i] = std::pow(static_cast<double>(config_.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+      inv_freq_[i] =
+          std::pow(static_cast<double>(config_.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     const std::size_t P = static_cast<std::size_t>(config_.max_positions);
     rope_cos_.resize(P * half);
     rope_sin_.resize(P * half);
@@ -450,10 +460,7 @@ class kv_session {
 
   // A session for at most `max_tokens` resident tokens in pages of `page_size` (a power of two) tokens.
   kv_session(const tiny_lm& model, std::size_t page_size, std::size_t max_tokens)
-      : model_(&model),
-        P_(page_size),
-        max_tokens_(max_tokens),
-        pool_(blocks_for(page_size, max_tokens), page_size) {
+      : model_(&model), P_(page_size), max_tokens_(max_tokens), pool_(blocks_for(page_size, max_tokens), page_size) {
     const auto& c = model.config();
     d_ = static_cast<std::size_t>(c.d_model);
     L_ = static_cast<std::size_t>(c.n_layers);
@@ -468,10 +475,10 @@ class kv_session {
   }
 
   struct step_result {
-    std::vector<float> last_logits;               // vocab entries, for the chunk's last token
-    std::vector<std::vector<float>> layer_mass;   // [layer][resident token incl. the chunk, block-table order]:
-                                                  // attention probability summed over heads and the chunk's
-                                                  // queries, divided by heads * queries (each row sums to 1)
+    std::vector<float> last_logits;              // vocab entries, for the chunk's last token
+    std::vector<std::vector<float>> layer_mass;  // [layer][resident token incl. the chunk, block-table order]:
+                                                 // attention probability summed over heads and the chunk's
+                                                 // queries, divided by heads * queries (each row sums to 1)
   };
 
   // Runs the chunk at the next absolute positions, writes its K/V into the pool and returns the last token's
@@ -490,7 +497,8 @@ class kv_session {
     pool_.append_tokens(sequence_id, n);
     const auto table = pool_.block_table(sequence_id);
     for (std::size_t i = r0; i < r0 + n; ++i)
-      if (i % P_ == 0) block_first_pos_[static_cast<std::size_t>(table[i / P_])] = static_cast<std::uint32_t>(appended_ + (i - r0));
+      if (i % P_ == 0)
+        block_first_pos_[static_cast<std::size_t>(table[i / P_])] = static_cast<std::uint32_t>(appended_ + (i - r0));
     step_result out;
     out.last_logits.resize(static_cast<std::size_t>(model_->config().vocab));
     out.layer_mass.assign(L_, std::vector<float>(r0 + n, 0.0f));
@@ -742,7 +750,7 @@ class kv_session {
       const float* q = qkv_.data() + t * 3 * d;
       float* o = att_.data() + t * d;
       const std::size_t rq = a.pooled ? a.r_before + t + 1 : a.resident;  // resident tokens this query sees
-      const std::size_t sq = a.pooled ? 0 : a.side_before + t + 1;         // side tokens this query sees
+      const std::size_t sq = a.pooled ? 0 : a.side_before + t + 1;        // side tokens this query sees
       float* sc = scores_.data();
       for (std::size_t h = 0; h < H; ++h) {
         const std::size_t off = h * hd;
@@ -751,7 +759,8 @@ class kv_session {
           for (std::size_t b = 0, i = 0; i < rq; ++b) {
             const std::size_t slots = std::min(P_, rq - i);
             const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + off;
-            for (std::size_t s = 0; s < slots; ++s, ++i) mx = std::max(mx, sc[i] = qh.dot(cmap(kb + s * d, hdi)) * scale);
+            for (std::size_t s = 0; s < slots; ++s, ++i)
+              mx = std::max(mx, sc[i] = qh.dot(cmap(kb + s * d, hdi)) * scale);
           }
           for (std::size_t s = 0; s < sq; ++s)
             mx = std::max(mx, sc[rq + s] = qh.dot(cmap(a.side_k + s * d + off, hdi)) * scale);
