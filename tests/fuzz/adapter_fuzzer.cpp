@@ -133,8 +133,11 @@ class harness {
       const snapshot before = snap();
       const std::uint8_t code = in.u8();
       switch (code % 20) {
-        case 0:
-        case 1: op_open(in); break;
+        case 0: op_open(in); break;
+        case 1:
+          if (in.flip(2)) op_fork(in);
+          else op_open(in);
+          break;
         case 2: op_close(in); break;
         case 3:
         case 4:
@@ -492,6 +495,46 @@ class harness {
     trace("  request " + std::to_string(id) + " forks " + std::to_string(fork_pages) + " pages, " +
           std::to_string(r.m.kv_len()) + " tokens");
     reqs_.push_back(std::move(r));
+    rebuild();
+  }
+  /// manager::fork of a request: the child shares the parent's full blocks and gets its own block for the partial
+  /// page (the engine copies it), and the model copies the parent's model.
+  void op_fork(reader& in) {
+    if (reqs_.empty()) return;
+    const std::uint64_t parent = reqs_[in.u8() % reqs_.size()].id;
+    const std::uint64_t child = pick_id(in);
+    const auto before = snap();
+    const outcome want = find(child) ? outcome::usage_error : outcome::ok;
+    const bool partial = find(parent)->m.kv_len() % P_ != 0;
+    if (want == outcome::ok && (reqs_.size() >= k_max_requests || (partial && free_.empty()))) return;
+    const outcome got = run_call([&] { (void)mgr_.fork(parent, child); });
+    expect(got, want, "fork(" + std::to_string(parent) + ", " + std::to_string(child) + ")");
+    unchanged_if_rejected(got, before, "fork");
+    if (got != outcome::ok) return;
+    request& p = *find(parent);
+    request c = p;
+    c.id = child;
+    c.protect.clear();
+    c.shared.clear();
+    for (std::size_t k = 0; k < c.pages.size(); ++k) {
+      const bool full = k + 1 < c.pages.size() || !partial;
+      if (!full) {  // the child's own copy of the partial page
+        c.pages[k] = free_.back();
+        refs_[static_cast<std::size_t>(free_.back())] = 1;
+        free_.pop_back();
+        continue;
+      }
+      ++refs_[static_cast<std::size_t>(c.pages[k])];
+      const std::uint64_t o = p.origin(k);
+      auto it = p.shared.find(o);
+      if (it == p.shared.end()) {
+        it = p.shared.emplace(o, next_key_++).first;
+        ++blocks_[it->second].holders;
+      }
+      c.shared.emplace(o, it->second);
+      ++blocks_[it->second].holders;
+    }
+    reqs_.push_back(std::move(c));
     rebuild();
   }
   void op_close(reader& in) {
