@@ -28,7 +28,7 @@
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"
-#include "../common/xml_escape.hpp"
+#include "../common/svg_plot.hpp"
 #include "engine/tiny_lm.hpp"
 #include "episodes.hpp"
 #include "bootstrap.hpp"
@@ -43,8 +43,6 @@ namespace ev = memdecay_eval;
 using json = nlohmann::ordered_json;
 
 namespace {
-
-using memdecay_tools::xml_escape;
 
 struct options {
   std::string data_dir = MEMDECAY_EVAL_DATA_DIR;
@@ -156,25 +154,18 @@ json counts_json(const ev::region_counts& c) {
           {"ceiling_recall", rate(c.ceiling, c.probes)}};
 }
 
-// Grouped bars: a row of panels per model and metric (recall, unpinned recall), a panel per tier; groups are
-// budgets, bars are configs; a dashed line marks the full cache.
+// Grouped bars (tools/common/svg_plot.hpp): a row of panels per model and metric (recall, unpinned recall), a panel
+// per tier; groups are budgets, bars are configs (with their 95% bootstrap intervals on recall); a dashed line
+// marks the full cache and a red dotted one the oracle.
 void write_svg(const std::string& path, const std::vector<row>& rows, const std::vector<std::string>& models,
                const std::vector<std::string>& tiers, const std::vector<double>& budgets,
                const std::vector<std::string>& configs, const md::region_table& table) {
-  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939",
-                                  "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354",
-                                  "#756bb1", "#636363", "#9c9ede", "#cedb9c", "#e7cb94", "#e7969c"};
-  const double panel_w = 520, panel_h = 200, margin_l = 60, margin_t = 50, gap = 70;
-  const double legend_h = 22.0 * static_cast<double>((configs.size() + 3) / 4) + 20;
-  const std::size_t panel_rows = models.size() * 2;
-  const double width = std::max(margin_l + static_cast<double>(tiers.size()) * (panel_w + gap), 4 * 230.0 + margin_l);
-  const double height = margin_t + static_cast<double>(panel_rows) * (panel_h + gap) + legend_h;
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-eval: probe recall "
-    << "under online eviction (dashed: full cache; red dotted: the oracle; whiskers: 95% bootstrap intervals)</text>\n";
+  namespace svg = memdecay_tools::svg;
+  svg::chart chart;
+  chart.title =
+      "memdecay-eval: probe recall under online eviction (dashed: full cache; red dotted: the oracle; "
+      "whiskers: 95% bootstrap intervals)";
+  chart.series = configs;
   auto find = [&](const std::string& m, const std::string& t, std::optional<double> b,
                   const std::string& label) -> const row* {
     for (const auto& r : rows) {
@@ -183,88 +174,46 @@ void write_svg(const std::string& path, const std::vector<row>& rows, const std:
     }
     return nullptr;
   };
+  auto share = [](double v) { return pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000); };
   for (std::size_t m = 0; m < models.size(); ++m)
     for (int metric = 0; metric < 2; ++metric) {
-      const std::size_t pr = m * 2 + static_cast<std::size_t>(metric);
-      for (std::size_t t = 0; t < tiers.size(); ++t) {
-        const double x0 = margin_l + static_cast<double>(t) * (panel_w + gap);
-        const double y0 = margin_t + static_cast<double>(pr) * (panel_h + gap);
-        auto value = [&](const ev::run_result& r) {
-          const auto c = metric == 0 ? r.total() : r.by_pinned(table, false);
-          return c.probes ? static_cast<double>(c.recalled) / static_cast<double>(c.probes) : 0.0;
-        };
-        s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
-          << xml_escape(models[m]) << ", " << xml_escape(tiers[t]) << ": "
-          << (metric == 0 ? "recall" : "unpinned recall") << "</text>\n";
-        for (int k = 0; k <= 5; ++k) {
-          const double y = y0 + panel_h - panel_h * k / 5.0;
-          s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
-            << "\" stroke=\"#ddd\"/>\n<text x=\"" << x0 - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << k * 20
-            << "%</text>\n";
-        }
-        const double group_w = panel_w / static_cast<double>(budgets.size());
-        const double bar_w = group_w * 0.85 / static_cast<double>(std::max<std::size_t>(1, configs.size()));
-        for (std::size_t b = 0; b < budgets.size(); ++b) {
-          const double gx = x0 + static_cast<double>(b) * group_w + group_w * 0.075;
-          s << "<text x=\"" << x0 + (static_cast<double>(b) + 0.5) * group_w << "\" y=\"" << y0 + panel_h + 16
-            << "\" text-anchor=\"middle\">budget " << budget_text(budgets[b]) << "</text>\n";
+      auto& panels = chart.rows.emplace_back();
+      auto value = [&](const ev::run_result& r) {
+        const auto c = metric == 0 ? r.total() : r.by_pinned(table, false);
+        return c.probes ? static_cast<double>(c.recalled) / static_cast<double>(c.probes) : 0.0;
+      };
+      for (const auto& tier : tiers) {
+        svg::panel& p = panels.emplace_back();
+        p.title = models[m] + ", " + tier + ": " + (metric == 0 ? "recall" : "unpinned recall");
+        for (double budget : budgets) {
+          p.groups.push_back("budget " + budget_text(budget));
+          auto& bars = p.bars.emplace_back(configs.size());
           for (std::size_t c = 0; c < configs.size(); ++c) {
-            const auto* r = find(models[m], tiers[t], budgets[b], configs[c]);
+            const auto* r = find(models[m], tier, budget, configs[c]);
             if (!r) continue;
             const double v = value(*r->result);
-            const double h = panel_h * std::min(1.0, v);
-            s << "<rect x=\"" << gx + static_cast<double>(c) * bar_w << "\" y=\"" << y0 + panel_h - h << "\" width=\""
-              << bar_w * 0.9 << "\" height=\"" << h << "\" fill=\"" << palette[c % std::size(palette)] << "\"><title>"
-              << xml_escape(configs[c]) << ", budget " << budget_text(budgets[b]) << ": "
-              << pct(static_cast<std::uint64_t>(std::lround(v * 1e6)), 1000000) << "</title></rect>\n";
-            if (metric == 0 && r->ci) {  // the 95% bootstrap interval
-              const double cx = gx + (static_cast<double>(c) + 0.45) * bar_w;
-              const double ylo = y0 + panel_h - panel_h * std::clamp(r->ci->lower, 0.0, 1.0);
-              const double yhi = y0 + panel_h - panel_h * std::clamp(r->ci->upper, 0.0, 1.0);
-              s << "<line x1=\"" << cx << "\" y1=\"" << ylo << "\" x2=\"" << cx << "\" y2=\"" << yhi
-                << "\" stroke=\"black\" stroke-width=\"1\"/>\n<line x1=\"" << cx - 2 << "\" y1=\"" << ylo << "\" x2=\""
-                << cx + 2 << "\" y2=\"" << ylo << "\" stroke=\"black\"/>\n<line x1=\"" << cx - 2 << "\" y1=\"" << yhi
-                << "\" x2=\"" << cx + 2 << "\" y2=\"" << yhi << "\" stroke=\"black\"/>\n";
-            }
+            svg::bar b{v, configs[c] + ", budget " + budget_text(budget) + ": " + share(v), std::nullopt};
+            if (metric == 0 && r->ci) b.interval = std::pair(r->ci->lower, r->ci->upper);
+            bars[c] = std::move(b);
           }
-          // The oracle's recall at this budget (largest page size): a dotted line across the group.
+          // The oracle's recall at this budget (largest page size).
           const row* oracle = nullptr;
           for (const auto& r : rows)
-            if (r.policy == "oracle" && r.model == models[m] && r.tier == tiers[t] && r.budget == budgets[b] &&
+            if (r.policy == "oracle" && r.model == models[m] && r.tier == tier && r.budget == budget &&
                 (!oracle || r.page_size > oracle->page_size))
               oracle = &r;
-          if (oracle) {
-            const double y = y0 + panel_h - panel_h * std::min(1.0, value(*oracle->result));
-            s << "<line x1=\"" << gx << "\" y1=\"" << y << "\" x2=\"" << gx + group_w * 0.85 << "\" y2=\"" << y
-              << "\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"2,3\"><title>oracle (page "
-              << oracle->page_size
-              << "): " << pct(static_cast<std::uint64_t>(std::lround(value(*oracle->result) * 1e6)), 1000000)
-              << "</title></line>\n";
-          }
+          if (oracle)
+            p.group_markers.push_back(svg::marker{
+                value(*oracle->result),
+                "oracle (page " + std::to_string(oracle->page_size) + "): " + share(value(*oracle->result))});
+          else
+            p.group_markers.push_back(std::nullopt);
         }
-        if (const auto* full = find(models[m], tiers[t], std::nullopt, "full")) {
-          const double y = y0 + panel_h - panel_h * std::min(1.0, value(*full->result));
-          s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
-            << "\" stroke=\"black\" stroke-dasharray=\"6,4\"><title>full cache: "
-            << pct(static_cast<std::uint64_t>(std::lround(value(*full->result) * 1e6)), 1000000) << "</title></line>\n";
-        }
-        s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\""
-          << y0 + panel_h << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0
-          << "\" y2=\"" << y0 + panel_h << "\" stroke=\"black\"/>\n";
+        if (const auto* full = find(models[m], tier, std::nullopt, "full"))
+          p.panel_marker = svg::marker{value(*full->result), "full cache: " + share(value(*full->result))};
       }
     }
-  const double ly = margin_t + static_cast<double>(panel_rows) * (panel_h + gap) - 20;
-  for (std::size_t c = 0; c < configs.size(); ++c) {
-    const double lx = margin_l + static_cast<double>(c % 4) * 230.0, y = ly + 22.0 * static_cast<double>(c / 4);
-    s << "<rect x=\"" << lx << "\" y=\"" << y - 10 << "\" width=\"14\" height=\"14\" fill=\""
-      << palette[c % std::size(palette)] << "\"/><text x=\"" << lx + 20 << "\" y=\"" << y + 2 << "\">"
-      << xml_escape(configs[c]) << "</text>\n";
-  }
-  s << "</svg>\n";
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("--plot: cannot create '" + path + "'");
-  out << s.str();
-  if (!out) throw std::runtime_error("--plot: cannot write '" + path + "'");
+  svg::write(path, chart);
 }
 
 void check_vocab(const ev::episode_file& f, const ev::vocab_layout& v, const std::string& model) {

@@ -25,7 +25,7 @@
 #include <memdecay/version.hpp>
 
 #include "../common/progress_bar.hpp"
-#include "../common/xml_escape.hpp"
+#include "../common/svg_plot.hpp"
 #include "replay.hpp"
 
 namespace md = memdecay;
@@ -34,8 +34,6 @@ namespace rp = memdecay::replay;
 using json = nlohmann::ordered_json;
 
 namespace {
-
-using memdecay_tools::xml_escape;
 
 struct options {
   std::vector<std::string> traces;
@@ -192,22 +190,20 @@ json to_json(const rp::cell_result& c, const std::vector<std::string>& region_na
   return j;
 }
 
-// Grouped bars: one panel per tier; top row probe survival, bottom row attention loss; groups = budgets,
-// bars = policies.
+// Grouped bars (tools/common/svg_plot.hpp): one panel per tier; top row probe survival, bottom row attention loss;
+// groups = budgets, bars = policies.
 void write_svg(const std::string& path, const std::vector<rp::cell_result>& cells,
                const std::vector<std::string>& policies, const std::vector<double>& budgets,
                const std::vector<std::string>& tiers) {
-  static const char* palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                  "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39"};
-  const double panel_w = 460, panel_h = 220, margin_l = 60, margin_t = 50, gap = 70;
-  const double legend_h = 24.0 * static_cast<double>((policies.size() + 2) / 3);
-  const double width = margin_l + tiers.size() * (panel_w + gap);
-  const double height = margin_t + 2 * (panel_h + gap) + legend_h;
-  std::ostringstream s;
-  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">memdecay-replay: "
-    << "eviction-probe protocol (synthetic or given traces)</text>\n";
+  namespace svg = memdecay_tools::svg;
+  svg::chart chart;
+  chart.title = "memdecay-replay: eviction-probe protocol (synthetic or given traces)";
+  chart.series = policies;
+  chart.panel_width = 460;
+  chart.panel_height = 220;
+  chart.bar_share = 0.8;
+  chart.legend_columns = 3;
+  chart.legend_column_width = 260;
   auto find = [&](const std::string& p, double b, const std::string& t) -> const rp::cell_result* {
     for (const auto& c : cells)
       if (c.policy == p && c.budget == b && c.tier == t) return &c;
@@ -218,50 +214,29 @@ void write_svg(const std::string& path, const std::vector<rp::cell_result>& cell
     double top = 0.0;  // attention loss: scale to the largest value
     for (const auto& c : cells) top = std::max(top, row == 0 ? 1.0 : c.attention_loss());
     top = row == 0 ? 1.0 : std::max(0.1, std::ceil(top * 10.0) / 10.0);  // five ticks
-    for (std::size_t t = 0; t < tiers.size(); ++t) {
-      const double x0 = margin_l + t * (panel_w + gap), y0 = margin_t + row * (panel_h + gap);
-      s << "<text x=\"" << x0 + panel_w / 2 << "\" y=\"" << y0 - 8 << "\" text-anchor=\"middle\" font-size=\"13\">"
-        << xml_escape(tiers[t]) << ": " << metric << "</text>\n";
-      for (int k = 0; k <= 5; ++k) {
-        const double y = y0 + panel_h - panel_h * k / 5.0;
-        s << "<line x1=\"" << x0 << "\" y1=\"" << y << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y
-          << "\" stroke=\"#ddd\"/>\n<text x=\"" << x0 - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-          << percent(top * k / 5.0) << "</text>\n";
+    auto& panels = chart.rows.emplace_back();
+    for (const auto& tier : tiers) {
+      svg::panel& p = panels.emplace_back();
+      p.title = tier + ": " + metric;
+      p.top = top;
+      for (double budget : budgets) {
+        p.groups.push_back("budget " + budget_text(budget));
+        auto& bars = p.bars.emplace_back(policies.size());
+        for (std::size_t k = 0; k < policies.size(); ++k)
+          if (const auto* c = find(policies[k], budget, tier)) {
+            const double v = row == 0 ? c->survival() : c->attention_loss();
+            bars[k] = svg::bar{
+                v, policies[k] + ", budget " + budget_text(budget) + ", " + tier + ": " + metric + " " + percent(v),
+                std::nullopt};
+          }
       }
-      const double group_w = panel_w / static_cast<double>(budgets.size());
-      const double bar_w = group_w * 0.8 / static_cast<double>(policies.size());
-      for (std::size_t b = 0; b < budgets.size(); ++b) {
-        const double gx = x0 + b * group_w + group_w * 0.1;
-        s << "<text x=\"" << x0 + (b + 0.5) * group_w << "\" y=\"" << y0 + panel_h + 16
-          << "\" text-anchor=\"middle\">budget " << budget_text(budgets[b]) << "</text>\n";
-        for (std::size_t p = 0; p < policies.size(); ++p) {
-          const auto* c = find(policies[p], budgets[b], tiers[t]);
-          if (!c) continue;
-          const double v = row == 0 ? c->survival() : c->attention_loss();
-          const double h = panel_h * std::min(1.0, v / top);
-          s << "<rect x=\"" << gx + p * bar_w << "\" y=\"" << y0 + panel_h - h << "\" width=\"" << bar_w * 0.92
-            << "\" height=\"" << h << "\" fill=\"" << palette[p % std::size(palette)] << "\"><title>"
-            << xml_escape(policies[p]) << ", budget " << budget_text(budgets[b]) << ", " << xml_escape(tiers[t]) << ": "
-            << metric << " " << percent(v) << "</title></rect>\n";
-        }
-      }
-      s << "<line x1=\"" << x0 << "\" y1=\"" << y0 + panel_h << "\" x2=\"" << x0 + panel_w << "\" y2=\"" << y0 + panel_h
-        << "\" stroke=\"black\"/>\n<line x1=\"" << x0 << "\" y1=\"" << y0 << "\" x2=\"" << x0 << "\" y2=\""
-        << y0 + panel_h << "\" stroke=\"black\"/>\n";
     }
   }
-  const double ly = margin_t + 2 * (panel_h + gap) - 20;
-  for (std::size_t p = 0; p < policies.size(); ++p) {
-    const double lx = margin_l + (p % 3) * 260.0, y = ly + 24.0 * static_cast<double>(p / 3);
-    s << "<rect x=\"" << lx << "\" y=\"" << y - 10 << "\" width=\"14\" height=\"14\" fill=\""
-      << palette[p % std::size(palette)] << "\"/><text x=\"" << lx + 20 << "\" y=\"" << y + 2 << "\">"
-      << xml_escape(policies[p]) << "</text>\n";
+  try {
+    svg::write(path, chart);
+  } catch (const std::runtime_error& e) {
+    throw md::input_error(e.what());
   }
-  s << "</svg>\n";
-  std::ofstream out(path);
-  if (!out) throw md::input_error("--plot: cannot create '" + path + "'");
-  out << s.str();
-  if (!out) throw md::input_error("--plot: cannot write '" + path + "'");
 }
 
 int run(const options& o) {
