@@ -135,8 +135,10 @@ class harness {
       switch (code % 20) {
         case 0: op_open(in); break;
         case 1:
-          if (in.flip(2)) op_fork(in);
-          else op_open(in);
+          if (in.flip(2))
+            op_fork(in);
+          else
+            op_open(in);
           break;
         case 2: op_close(in); break;
         case 3:
@@ -210,7 +212,6 @@ class harness {
   struct model_block {
     std::size_t holders = 0;
     bool external = false;
-    std::size_t table_refs = 0;
   };
   bool block_shared(std::uint64_t key) const {
     const auto& b = blocks_.at(key);
@@ -228,13 +229,22 @@ class harness {
   }
   std::size_t shared_blocks() const {
     std::size_t n = 0;
-    for (const auto& [key, b] : blocks_) n += (b.external || b.holders > 1) ? 1 : 0;
+    for (const auto& [key, b] : blocks_) n += block_shared(key) ? 1 : 0;
     return n;
   }
   void release_key(std::uint64_t key) {
     auto it = blocks_.find(key);
     FUZZ_CHECK(it != blocks_.end(), "model: a shared page without a block");
     if (--it->second.holders == 0) blocks_.erase(it);
+  }
+  // The key of the page's block; a page without one gets a fresh block that it alone holds.
+  std::uint64_t shared_key(request& r, std::uint64_t origin) {
+    auto it = r.shared.find(origin);
+    if (it == r.shared.end()) {
+      it = r.shared.emplace(origin, next_key_++).first;
+      ++blocks_[it->second].holders;
+    }
+    return it->second;
   }
   void unshare(request& r, std::uint64_t origin) {
     if (auto it = r.shared.find(origin); it != r.shared.end()) {
@@ -526,13 +536,9 @@ class harness {
       }
       ++refs_[static_cast<std::size_t>(c.pages[k])];
       const std::uint64_t o = p.origin(k);
-      auto it = p.shared.find(o);
-      if (it == p.shared.end()) {
-        it = p.shared.emplace(o, next_key_++).first;
-        ++blocks_[it->second].holders;
-      }
-      c.shared.emplace(o, it->second);
-      ++blocks_[it->second].holders;
+      const std::uint64_t key = shared_key(p, o);
+      c.shared.emplace(o, key);
+      ++blocks_[key].holders;
     }
     reqs_.push_back(std::move(c));
     rebuild();
@@ -667,10 +673,9 @@ class harness {
           const auto key = static_cast<std::uint64_t>(r.pages[p]);
           r.shared.emplace(r.origin(p), key);
           ++blocks_[key].holders;
-          blocks_[key].table_refs = refs;
         }
       }
-      for (auto& [key, b] : blocks_) b.external = b.table_refs > b.holders;
+      for (auto& [key, b] : blocks_) b.external = holders(static_cast<std::int32_t>(key)) > b.holders;
       return;
     }
     const std::uint64_t id = pick_id(in);
@@ -690,12 +695,7 @@ class harness {
       for (std::size_t p : pages) {
         const std::uint64_t o = r->origin(p);
         if (flag) {
-          auto it = r->shared.find(o);
-          if (it == r->shared.end()) {
-            it = r->shared.emplace(o, next_key_++).first;
-            ++blocks_[it->second].holders;
-          }
-          blocks_[it->second].external = true;
+          blocks_[shared_key(*r, o)].external = true;
         } else {
           unshare(*r, o);
         }

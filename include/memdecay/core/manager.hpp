@@ -50,6 +50,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <span>
@@ -274,11 +275,7 @@ class basic_manager {
   }
   /// Physical blocks the open sequences hold: private pages, plus each shared block once. The global budget is
   /// measured in these.
-  [[nodiscard]] std::size_t physical_pages() const {
-    std::size_t shared_blocks = 0;
-    for (const auto& [key, b] : blocks_) shared_blocks += is_shared(b) ? 1 : 0;
-    return reclaimable_pages() + shared_blocks;
-  }
+  [[nodiscard]] std::size_t physical_pages() const { return reclaimable_pages() + shared_block_count(); }
 
   // --- the clock and per-step protection ----------------------------------------------------------------------
   /// Moves the manager's and every sequence's clock to `step` and ends the protections of the last step.
@@ -309,9 +306,7 @@ class basic_manager {
   /// an in-flight step) until the next advance_to().
   void protect_tail_tokens(SequenceId id, std::size_t tokens) {
     auto& e = find_entry(id, "protect_tail_tokens")->second;
-    const std::size_t n = e.seq->kv_len();
-    if (tokens == 0 || n == 0) return;
-    const std::size_t first = tokens >= n ? 0 : (n - tokens) / page_size();
+    const std::size_t first = policy_support::first_recent_page(e.seq->view(), tokens);
     const auto origins = e.seq->state().page_origins();
     for (std::size_t p = first; p < e.seq->num_pages(); ++p) e.protected_origins.insert(origins[p]);
   }
@@ -336,9 +331,8 @@ class basic_manager {
       if (shared) {
         if (it == e.shared.end()) it = link(e, o, next_key_++);
         blocks_[it->second].external = true;
-      } else if (it != e.shared.end()) {
-        release_key(it->second);
-        e.shared.erase(it);
+      } else {
+        unlink(e, o);
       }
     }
   }
@@ -354,7 +348,8 @@ class basic_manager {
                                "mark_shared_from: sequence " + detail::to_text(id));
     std::map<SequenceId, std::map<std::uint64_t, std::uint64_t>> flags;
     std::map<std::uint64_t, block_holders> blocks;
-    std::vector<std::size_t> counts;  // every block's holders in one pass, where the table can
+    std::map<std::uint64_t, std::size_t> table_refs;  // per shared block: the table's reference count
+    std::vector<std::size_t> counts;                  // every block's holders in one pass, where the table can
     if constexpr (bulk_counted_page_table<Table>) counts = table.ref_counts();
     const auto refs_of = [&](const auto& block) {
       if constexpr (bulk_counted_page_table<Table>)
@@ -372,12 +367,11 @@ class basic_manager {
         if (refs <= 1) continue;
         const std::uint64_t key = static_cast<std::uint64_t>(block);  // physical ids sit below the synthetic keys
         f.emplace(origins[p], key);
-        auto& b = blocks[key];
-        ++b.holders;
-        b.table_refs = refs;
+        ++blocks[key].holders;
+        table_refs[key] = refs;
       }
     }
-    for (auto& [key, b] : blocks) b.external = b.table_refs > b.holders;
+    for (auto& [key, b] : blocks) b.external = table_refs[key] > b.holders;
     for (auto& [id, e] : entries_) e.shared = std::move(flags[id]);
     blocks_ = std::move(blocks);
   }
@@ -405,6 +399,7 @@ class basic_manager {
   [[nodiscard]] global_plan_type select_global(std::size_t pages_to_free = 0) const {
     global_plan_type out;
     std::vector<candidate> pool;
+    std::vector<candidate> order;  // every victim's key in the total order, aligned with out.victims
     std::map<SequenceId, std::vector<std::size_t>> chosen;  // per sequence, pages the first pass took
     std::size_t reclaimable = 0;
 
@@ -421,6 +416,7 @@ class basic_manager {
         const std::size_t p = plan.pages[k];
         const bool shared = shares_memory(e, origins[p]);
         out.victims.push_back({id, p, plan.scores[k], shared, eviction_reason::sequence_budget});
+        order.push_back({plan.scores[k], tie_rank(id, origins[p]), id, p});
         if (!shared) ++out.pages_freed;
       }
       for (std::size_t p = 0; p < scores.size(); ++p) {
@@ -433,9 +429,7 @@ class basic_manager {
     }
 
     // Pass 2: the global budget (in physical blocks) and the caller's request, over every sequence in one order.
-    std::size_t shared_blocks = 0;
-    for (const auto& [key, b] : blocks_) shared_blocks += is_shared(b) ? 1 : 0;
-    const std::size_t after_pass_1 = reclaimable + shared_blocks - out.pages_freed;
+    const std::size_t after_pass_1 = reclaimable + shared_block_count() - out.pages_freed;
     std::size_t budget_need = 0;
     if (!config_.global.is_unlimited() && after_pass_1 > config_.global.high)
       budget_need = after_pass_1 - config_.global.low;
@@ -447,13 +441,19 @@ class basic_manager {
     std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(take), pool.end());
     for (std::size_t k = 0; k < take; ++k) {
       out.victims.push_back({pool[k].sequence, pool[k].page, pool[k].score, false, reason});
+      order.push_back(pool[k]);
       chosen[pool[k].sequence].push_back(pool[k].page);
       ++out.pages_freed;
     }
     out.pages_short = need - take;
 
-    std::sort(out.victims.begin(), out.victims.end(),
-              [&](const auto& a, const auto& b) { return candidate_of(a) < candidate_of(b); });
+    std::vector<std::size_t> rank(out.victims.size());
+    std::iota(rank.begin(), rank.end(), std::size_t{0});
+    std::sort(rank.begin(), rank.end(), [&](std::size_t a, std::size_t b) { return order[a] < order[b]; });
+    std::vector<global_victim<float_type, SequenceId>> sorted;
+    sorted.reserve(rank.size());
+    for (std::size_t k : rank) sorted.push_back(out.victims[k]);
+    out.victims = std::move(sorted);
     for (auto& [id, pages] : chosen) {
       if (pages.empty()) continue;
       std::sort(pages.begin(), pages.end());
@@ -490,11 +490,7 @@ class basic_manager {
   /// changing nothing, if any plan is stale or names a page protected for this step.
   void commit(const global_plan_type& plan) {
     for (const auto& [id, p] : plan.plans) check_commit(id, p);
-    for (const auto& [id, p] : plan.plans) {
-      auto& e = find_entry(id, "commit")->second;
-      forget(e, evicted_origins(e, p.pages));
-      e.seq->remove(p.pages);
-    }
+    for (const auto& [id, p] : plan.plans) apply(id, p);
   }
   /// Applies one sequence's plan to the table and the state (see basic_sequence::commit), honouring this step's
   /// protections.
@@ -507,9 +503,7 @@ class basic_manager {
   /// Applies one sequence's plan to its state only (the engine updated its table itself).
   void commit(SequenceId id, const plan_type& plan) {
     check_commit(id, plan);
-    auto& e = find_entry(id, "commit")->second;
-    forget(e, evicted_origins(e, plan.pages));
-    e.seq->remove(plan.pages);
+    apply(id, plan);
   }
 
   // --- determinism -------------------------------------------------------------------------------------------
@@ -539,7 +533,6 @@ class basic_manager {
   struct block_holders {
     std::size_t holders = 0;  // resident pages of open sequences that hold it
     bool external = false;    // held outside the manager too (set_shared, or table references not seen here)
-    std::size_t table_refs = 0;
   };
   // The global order: score, then a per-page hash so that equal scores spread over the sequences instead of all
   // going to the lowest id, then id and page (the hash is a pure function of the two: every rank agrees).
@@ -560,9 +553,6 @@ class basic_manager {
 
   static std::uint64_t tie_rank(SequenceId id, std::uint64_t origin) noexcept {
     return policy_support::splitmix64(policy_support::splitmix64(static_cast<std::uint64_t>(id)) ^ origin);
-  }
-  candidate candidate_of(const global_victim<float_type, SequenceId>& v) const {
-    return {v.score, tie_rank(v.sequence, at(v.sequence).state().page_origins()[v.page]), v.sequence, v.page};
   }
 
   typename map_type::iterator find_entry(SequenceId id, const char* call) {
@@ -593,6 +583,11 @@ class basic_manager {
     const auto it = e.shared.find(origin);
     return it != e.shared.end() && is_shared(blocks_.at(it->second));
   }
+  std::size_t shared_block_count() const noexcept {
+    std::size_t n = 0;
+    for (const auto& [key, b] : blocks_) n += is_shared(b) ? 1 : 0;
+    return n;
+  }
   std::size_t count_sharing(const entry& e) const {
     std::size_t n = 0;
     for (const auto& [o, key] : e.shared) n += is_shared(blocks_.at(key)) ? 1 : 0;
@@ -606,6 +601,13 @@ class basic_manager {
     auto it = blocks_.find(key);
     if (it == blocks_.end()) return;
     if (--it->second.holders == 0) blocks_.erase(it);
+  }
+  // The page leaves its shared block (if it had one).
+  void unlink(entry& e, std::uint64_t origin) noexcept {
+    if (auto it = e.shared.find(origin); it != e.shared.end()) {
+      release_key(it->second);
+      e.shared.erase(it);
+    }
   }
   // After a fork: every full page of the parent's is held by both (a new key unless it already had one).
   void share_full_pages(entry& parent, entry& child) {
@@ -678,6 +680,12 @@ class basic_manager {
       return released;
     }
   }
+  // A checked plan to the state only.
+  void apply(SequenceId id, const plan_type& plan) {
+    auto& e = find_entry(id, "commit")->second;
+    forget(e, evicted_origins(e, plan.pages));
+    e.seq->remove(plan.pages);
+  }
   static std::vector<std::uint64_t> evicted_origins(const entry& e, std::span<const std::size_t> pages) {
     const auto origins = e.seq->state().page_origins();
     std::vector<std::uint64_t> out;
@@ -689,10 +697,7 @@ class basic_manager {
   // holder.
   void forget(entry& e, std::span<const std::uint64_t> evicted) noexcept {
     for (std::uint64_t o : evicted) {
-      if (auto it = e.shared.find(o); it != e.shared.end()) {
-        release_key(it->second);
-        e.shared.erase(it);
-      }
+      unlink(e, o);
       e.protected_origins.erase(o);
     }
   }

@@ -262,8 +262,8 @@ class basic_sequence {
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
   /// changing neither, if the plan is stale, the table disagrees with the state (page size, page count) or a
-  /// manager owns this sequence. Returns what the table's remove_pages returns (removed_blocks for the tables of
-  /// this library).
+  /// manager owns this sequence. Returns what the table's remove_pages returns (block_pool: the freed block ids;
+  /// the adapters: the removed ids or slot ranges).
   template <page_table Table>
   auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
     check_unmanaged();

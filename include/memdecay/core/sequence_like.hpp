@@ -13,6 +13,7 @@
 
 #include "memdecay/core/config.hpp"
 #include "memdecay/core/eviction.hpp"
+#include "memdecay/core/policy.hpp"
 #include "memdecay/core/region.hpp"
 #include "memdecay/core/retention_score.hpp"
 

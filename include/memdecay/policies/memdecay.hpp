@@ -153,8 +153,7 @@ class memdecay {
   bool use_expfree_scores(const sequence_view& view, bool on) {
     if (on && clock_.usable()) {
       std::vector<Float> w(view.kv_len());
-      clock_.set(view.now, view.now);
-      simd::rebase_weights(view.labels.data(), last_refresh_.data(), view.kv_len(), clock_, w.data());
+      simd::reset_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_, w.data());
       weights_ = std::move(w);
       expfree_ = true;
     } else {

@@ -387,14 +387,21 @@ void sync_and_score_expfree(const region_id* regions, const step_t* last_refresh
                                                             out);
 }
 
+/// Recomputes all n weights with the epoch at `now` (a full rebase): the clock's factors restart from 1.
+template <isa A = native_isa, std::floating_point Float>
+void reset_expfree(const region_id* regions, const step_t* last_refresh, std::size_t n, step_t now,
+                   expfree_clock<Float>& clock, Float* w) noexcept {
+  clock.template set<A>(now, now);
+  rebase_weights<A>(regions, last_refresh, n, clock, w);
+}
+
 /// Moves `clock` to `now`, rebasing the n weights `w` first when needed (from the tokens' labels and integer
 /// clocks). Returns whether it rebased.
 template <isa A = native_isa, std::floating_point Float>
 bool advance_expfree(const region_id* regions, const step_t* last_refresh, std::size_t n, step_t now,
                      expfree_clock<Float>& clock, Float* w) noexcept {
   if (clock.needs_rebase(now)) {
-    clock.template set<A>(now, now);
-    rebase_weights<A>(regions, last_refresh, n, clock, w);
+    reset_expfree<A>(regions, last_refresh, n, now, clock, w);
     return true;
   }
   if (now != clock.now()) clock.template set<A>(clock.epoch(), now);
@@ -426,8 +433,7 @@ bool advance_expfree(const token_state<Float, PageSize>& state, expfree_clock<Fl
 template <isa A = native_isa, std::floating_point Float, std::size_t PageSize>
 void reset_expfree(const token_state<Float, PageSize>& state, expfree_clock<Float>& clock,
                    std::span<Float> w) noexcept {
-  clock.template set<A>(state.now(), state.now());
-  rebase_weights<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), clock, w.data());
+  reset_expfree<A>(state.regions().data(), state.last_refresh().data(), state.kv_len(), state.now(), clock, w.data());
 }
 
 /// Page scores of `state` from its weights (clock at state.now()).
