@@ -39,8 +39,8 @@ struct vllm_block_pool {  // vllm/v1/core/block_pool.py, reduced to the call use
   void free_block(std::int32_t block) { freed.push_back(block); }
 };
 struct sglang_allocator {  // TokenToKVPoolAllocator.free(slots)
-  std::vector<std::pair<std::int32_t, std::int32_t>> freed;
-  void free(std::int32_t begin, std::int32_t end) { freed.emplace_back(begin, end); }
+  std::vector<std::pair<std::int64_t, std::int64_t>> freed;
+  void free(std::int64_t begin, std::int64_t end) { freed.emplace_back(begin, end); }
 };
 struct llama_memory {
   std::vector<std::pair<std::int32_t, std::int32_t>> removed;
@@ -66,7 +66,7 @@ inline void flashinfer_step(memdecay::sequence& seq, std::vector<std::int32_t>& 
                             std::size_t batch_row, std::size_t num_pool_pages, page_allocator& allocator) {
   memdecay::flashinfer_csr csr(indptr, indices, last_page_len, seq.page_size(), num_pool_pages);
   const auto plan = seq.select_for_budget();
-  for (std::int32_t page : seq.commit(plan, csr, batch_row)) allocator.release(page);  // if no one else holds it
+  for (std::int32_t page : seq.commit(plan, csr, batch_row).removed) allocator.release(page);  // drops one reference
   // indptr[-1] is the new nnz; last_page_len is unchanged; positions stay absolute (pos_encoding_mode="NONE").
 }
 
@@ -74,7 +74,7 @@ inline void vllm_step(memdecay::sequence& seq, std::span<std::int32_t> block_tab
                       std::size_t num_gpu_blocks, vllm_block_pool& block_pool) {
   auto row = memdecay::vllm_block_table::row(block_table_row, num_blocks, seq.page_size(), num_gpu_blocks);
   const auto plan = seq.select_for_budget();
-  for (std::int32_t block : seq.commit(plan, row, 0)) block_pool.free_block(block);  // drops one reference
+  for (std::int32_t block : seq.commit(plan, row, 0).removed) block_pool.free_block(block);  // drops one reference
   // Workers: seq_len_kv = seq.kv_len(); positions absolute; a new token at pos goes to KV index
   // pos - seq.evicted_tokens(), i.e. slot = row[i / B] * B + i % B with i = pos - evicted.
 }
@@ -83,7 +83,7 @@ inline void sglang_step(memdecay::sequence& seq, std::span<std::int32_t> req_to_
                         std::size_t kv_pool_size, sglang_allocator& allocator) {
   auto row = memdecay::sglang_req_to_token::row(req_to_token_row, seq_len, seq.page_size(), kv_pool_size);
   const auto plan = seq.select_for_budget();
-  for (const memdecay::slot_range& r : seq.commit(plan, row, 0)) allocator.free(r.begin, r.end);
+  for (const memdecay::slot_range& r : seq.commit(plan, row, 0).slots) allocator.free(r.begin, r.end);
   // The next decode position is seq_len + seq.evicted_tokens(); the radix cache may only insert the tokens
   // before the prefix-cache boundary.
 }
@@ -103,13 +103,13 @@ inline std::vector<TokenRangeRetentionConfig> tensorrt_llm_request(const memdeca
   return ranges;  // KvCacheRetentionConfig(ranges, /*decodePriority=*/35); request.setKvCacheRetentionConfig(...)
 }
 
-inline std::map<std::uint64_t, std::vector<std::int32_t>> manager_step(
+inline std::map<std::uint64_t, memdecay::page_removal<std::int32_t>> manager_step(
     memdecay::manager& mgr, memdecay::block_pool<>& pool, memdecay::step_t step,
     const std::map<std::uint64_t, std::size_t>& drafts) {
   mgr.advance_to(step);  // every clock; ends last step's protections
   for (const auto& [id, tokens] : drafts) mgr.protect_tail_tokens(id, tokens);  // speculative tokens in flight
   const auto plan = mgr.select_global();  // sequence budgets, then the global one; (score, tie hash, id, page) order
-  return mgr.commit(plan, pool, memdecay::identity_id{});  // all or nothing; per request, the freed blocks
+  return mgr.commit(plan, pool, memdecay::identity_id{});  // all or nothing; per request, its page_removal
 }
 
 // --- the scenario ------------------------------------------------------------------------------------------------
@@ -166,7 +166,8 @@ std::string list(const std::vector<T>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
   return out + "}";
 }
-std::string ranges(const std::vector<std::pair<std::int32_t, std::int32_t>>& v) {
+template <class T>
+std::string ranges(const std::vector<std::pair<T, T>>& v) {
   std::string out;
   for (const auto& [a, b] : v) out += (out.empty() ? "[" : " [") + std::to_string(a) + ", " + std::to_string(b) + ")";
   return out;
@@ -236,7 +237,7 @@ void sglang() {
               ranges(allocator.freed).c_str());
   std::vector<std::int32_t> freed;
   for (const auto& [b, e] : allocator.freed)
-    for (std::int32_t s = b; s < e; ++s) freed.push_back(s);
+    for (std::int64_t s = b; s < e; ++s) freed.push_back(static_cast<std::int32_t>(s));
   check(freed == ex::at_pages(before, plan.pages, P), "the allocator got back the slots of the plan's pages");
   check(seq_len == static_cast<std::int64_t>(seq.kv_len()), "seq_len equals the resident tokens");
   check(slice(row, 0, static_cast<std::size_t>(seq_len)) == ex::without_pages(before, plan.pages, P),
@@ -291,12 +292,12 @@ void manager() {
     seq.append(md::regions::scratchpad, 5 * P);
     pool.append_tokens(id, seq.kv_len());
   }
-  const auto freed = ex::manager_step(mgr, pool, 40, {{3, 20}});
+  const auto removals = ex::manager_step(mgr, pool, 40, {{3, 20}});
   std::size_t total = 0;
-  for (const auto& [id, blocks] : freed) {
+  for (const auto& [id, removal] : removals) {
     std::printf("  request %llu: freed blocks %s, %zu pages left\n", static_cast<unsigned long long>(id),
-                list(blocks).c_str(), mgr.at(id).num_pages());
-    total += blocks.size();
+                list(*removal.freed).c_str(), mgr.at(id).num_pages());
+    total += removal.freed->size();
   }
   check(mgr.reclaimable_pages() == 6, "the pool is down to the low watermark");
   check(pool.free_blocks() == 32 - 6 && total == 4, "the freed blocks are back in the pool");

@@ -35,6 +35,7 @@ std::vector<std::int32_t> scrambled_ids(std::size_t n) {
 }
 
 struct block_pool_harness {
+  static constexpr bool owns_references = true;
   using table_type = md::block_pool<>;
   static constexpr bool knows_partial_last_page = true;
   table_type pool{64, page};
@@ -48,8 +49,11 @@ struct block_pool_harness {
   table_type::sequence_id id(std::size_t s) const { return 10 + s; }
   // The memory a logical page occupies, in the table's units (here: one block id).
   std::vector<std::int64_t> memory_of(std::size_t s, std::size_t i) const { return {pool.page_at(id(s), i)}; }
-  std::vector<std::int64_t> released(const std::vector<std::int32_t>& result) const {
-    return {result.begin(), result.end()};
+  // The KV slots a logical page occupies: a block table's block b holds [b * page, (b + 1) * page).
+  std::vector<std::int64_t> slots_of(std::size_t s, std::size_t i) const {
+    std::vector<std::int64_t> out(page);
+    for (std::size_t k = 0; k < page; ++k) out[k] = static_cast<std::int64_t>(pool.page_at(id(s), i)) * page + k;
+    return out;
   }
   std::vector<std::int64_t> snapshot() const {
     std::vector<std::int64_t> out{static_cast<std::int64_t>(pool.free_blocks())};
@@ -62,6 +66,7 @@ struct block_pool_harness {
 };
 
 struct flashinfer_harness {
+  static constexpr bool owns_references = false;  // the engine's allocator counts references
   using table_type = md::flashinfer_csr;
   static constexpr bool knows_partial_last_page = true;
   std::vector<std::int32_t> indptr{0}, indices, last_page_len;
@@ -81,8 +86,11 @@ struct flashinfer_harness {
   table_type& table() { return csr; }
   table_type::sequence_id id(std::size_t s) const { return s; }
   std::vector<std::int64_t> memory_of(std::size_t s, std::size_t i) const { return {csr.page_at(s, i)}; }
-  std::vector<std::int64_t> released(const std::vector<std::int32_t>& result) const {
-    return {result.begin(), result.end()};
+  // The KV slots a logical page occupies: a block table's block b holds [b * page, (b + 1) * page).
+  std::vector<std::int64_t> slots_of(std::size_t s, std::size_t i) const {
+    std::vector<std::int64_t> out(page);
+    for (std::size_t k = 0; k < page; ++k) out[k] = static_cast<std::int64_t>(csr.page_at(id(s), i)) * page + k;
+    return out;
   }
   std::vector<std::int64_t> snapshot() const {
     std::vector<std::int64_t> out(indptr.begin(), indptr.end());
@@ -93,6 +101,7 @@ struct flashinfer_harness {
 };
 
 struct vllm_harness {
+  static constexpr bool owns_references = false;  // the engine's allocator counts references
   using table_type = md::vllm_block_table;
   static constexpr bool knows_partial_last_page = false;  // a row has no token count
   static constexpr std::size_t stride = 10;
@@ -113,8 +122,11 @@ struct vllm_harness {
   table_type& table() { return view; }
   table_type::sequence_id id(std::size_t s) const { return s; }
   std::vector<std::int64_t> memory_of(std::size_t s, std::size_t i) const { return {view.page_at(s, i)}; }
-  std::vector<std::int64_t> released(const std::vector<std::int32_t>& result) const {
-    return {result.begin(), result.end()};
+  // The KV slots a logical page occupies: a block table's block b holds [b * page, (b + 1) * page).
+  std::vector<std::int64_t> slots_of(std::size_t s, std::size_t i) const {
+    std::vector<std::int64_t> out(page);
+    for (std::size_t k = 0; k < page; ++k) out[k] = static_cast<std::int64_t>(view.page_at(id(s), i)) * page + k;
+    return out;
   }
   std::vector<std::int64_t> snapshot() const {
     std::vector<std::int64_t> out(blocks.begin(), blocks.end());
@@ -124,6 +136,7 @@ struct vllm_harness {
 };
 
 struct sglang_harness {
+  static constexpr bool owns_references = false;  // the engine's allocator counts references
   using table_type = md::sglang_req_to_token;
   static constexpr bool knows_partial_last_page = true;
   static constexpr std::size_t max_context = 128;
@@ -151,12 +164,7 @@ struct sglang_harness {
     const std::size_t end = std::min(row.size(), (i + 1) * page);
     return {row.begin() + static_cast<std::ptrdiff_t>(i * page), row.begin() + static_cast<std::ptrdiff_t>(end)};
   }
-  std::vector<std::int64_t> released(const std::vector<md::slot_range>& result) const {
-    std::vector<std::int64_t> out;
-    for (const auto& r : result)
-      for (std::int32_t slot = r.begin; slot < r.end; ++slot) out.push_back(slot);
-    return out;
-  }
+  std::vector<std::int64_t> slots_of(std::size_t s, std::size_t i) const { return memory_of(s, i); }
   std::vector<std::int64_t> snapshot() const {
     std::vector<std::int64_t> out(slots.begin(), slots.end());
     out.insert(out.end(), lens.begin(), lens.end());
@@ -215,7 +223,14 @@ TYPED_TEST(PageTableConformance, RemovingPagesCompactsInOrderAndReleasesExactlyT
   const auto before = this->memory_of_all(0);
   const auto others_before = std::vector{this->memory_of_all(1), this->memory_of_all(2)};
   const std::size_t victims[] = {1, 3, 4};
-  const auto result = this->table().remove_pages(this->id(0), victims);
+  std::vector<typename TypeParam::table_type::page_id> ids;
+  std::vector<std::int64_t> wanted;
+  for (std::size_t v : victims) {
+    ids.push_back(this->table().page_at(this->id(0), v));
+    const auto slots = this->h.slots_of(0, v);
+    wanted.insert(wanted.end(), slots.begin(), slots.end());
+  }
+  const auto removal = this->table().remove_pages(this->id(0), victims);
 
   std::vector<std::vector<std::int64_t>> expected;
   for (std::size_t i = 0; i < before.size(); ++i)
@@ -223,11 +238,12 @@ TYPED_TEST(PageTableConformance, RemovingPagesCompactsInOrderAndReleasesExactlyT
   EXPECT_EQ(this->memory_of_all(0), expected);
   EXPECT_EQ(this->table().num_pages(this->id(0)), before.size() - 3);
 
-  std::vector<std::int64_t> released = this->h.released(result), wanted;
-  for (std::size_t v : victims) wanted.insert(wanted.end(), before[v].begin(), before[v].end());
-  std::sort(released.begin(), released.end());
-  std::sort(wanted.begin(), wanted.end());
-  EXPECT_EQ(released, wanted);
+  EXPECT_EQ(removal.removed, ids) << "every removed page, in logical order";
+  if (TypeParam::owns_references)
+    EXPECT_EQ(removal.freed, ids) << "no page is shared here, so every removed page is freed";
+  else
+    EXPECT_FALSE(removal.freed) << "a view cannot know what the engine's allocator frees";
+  EXPECT_EQ(removal.slots, md::merge_slots(wanted)) << "the slots of exactly the removed pages";
 
   EXPECT_EQ(this->memory_of_all(1), others_before[0]) << "another sequence changed";
   EXPECT_EQ(this->memory_of_all(2), others_before[1]) << "another sequence changed";
@@ -244,8 +260,9 @@ TYPED_TEST(PageTableConformance, RemovingTheFirstPagesOfAMiddleSequenceLeavesIts
 
 TYPED_TEST(PageTableConformance, AnEmptyRemovalChangesNothing) {
   const auto before = this->h.snapshot();
-  const auto result = this->table().remove_pages(this->id(0), std::span<const std::size_t>{});
-  EXPECT_TRUE(this->h.released(result).empty());
+  const auto removal = this->table().remove_pages(this->id(0), std::span<const std::size_t>{});
+  EXPECT_TRUE(removal.removed.empty());
+  EXPECT_TRUE(removal.slots.empty());
   EXPECT_EQ(this->h.snapshot(), before);
 }
 

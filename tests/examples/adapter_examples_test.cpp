@@ -46,7 +46,7 @@ TEST(IntegrationExamples, Sglang) {
   std::int64_t seq_len = static_cast<std::int64_t>(seq.kv_len());
   ex::sglang_allocator allocator;
   ex::sglang_step(seq, row, seq_len, 4096, allocator);
-  EXPECT_EQ(allocator.freed, (std::vector<std::pair<std::int32_t, std::int32_t>>{{1016, 1048}}));
+  EXPECT_EQ(allocator.freed, (std::vector<std::pair<std::int64_t, std::int64_t>>{{1016, 1048}}));
   EXPECT_EQ(seq_len, static_cast<std::int64_t>(seq.kv_len()));
   EXPECT_EQ(row[P], 1048);
 }
@@ -88,7 +88,7 @@ TEST(IntegrationExamples, Manager) {
   EXPECT_EQ(mgr.at(4).num_pages(), 2u);
   EXPECT_EQ(mgr.at(3).positions().back(), 5 * P - 1) << "a drafted page was evicted";
   std::size_t total = 0;
-  for (const auto& [id, blocks] : freed) total += blocks.size();
+  for (const auto& [id, removal] : freed) total += removal.freed->size();
   EXPECT_EQ(total, 4u);
   EXPECT_EQ(pool.free_blocks(), 32u - 6u);
 }

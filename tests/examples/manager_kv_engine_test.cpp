@@ -53,7 +53,7 @@ TEST(KvEngine, FreedBlocksAreReusedWithoutDisturbingSurvivors) {
   const auto through_cache = engine.attend_next(1);
   EXPECT_LE(kv::max_difference(through_cache.output, direct.output), kv::tolerance);
   EXPECT_LE(kv::max_difference(through_cache.probabilities, direct.probabilities), kv::tolerance);
-  EXPECT_EQ(released.at(1).size(), 4u);
+  EXPECT_EQ(released.at(1).freed->size(), 4u);
 }
 
 }  // namespace

@@ -936,7 +936,7 @@ class harness {
         const std::size_t row = row_of(id);
         const auto& pages = entry.second.pages;
         std::vector<std::int32_t> removed;
-        const outcome r = run_call([&] { removed = v.remove_pages(row, pages); });
+        const outcome r = run_call([&] { removed = v.remove_pages(row, pages).removed; });
         expect(r, outcome::ok, "csr.remove_pages(row of " + std::to_string(id) + ")");
         FUZZ_CHECK(removed == expected.at(id), "csr.remove_pages returned other ids");
         for (std::int32_t x : removed) release(x);
@@ -947,7 +947,10 @@ class harness {
     std::map<std::uint64_t, std::vector<std::int32_t>> released;
     const outcome got = run_call([&] {
       csr v = view();
-      released = mgr_.commit(plan, v, row_map());
+      for (auto& [id, removal] : mgr_.commit(plan, v, row_map())) {
+        FUZZ_CHECK(!removal.freed, call + ": a view reported freed pages");
+        released.emplace(id, std::move(removal.removed));
+      }
     });
     expect(got, want, call + " of " + std::to_string(plan.plans.size()) + " plans");
     unchanged_if_rejected(got, before, call);
@@ -1022,7 +1025,7 @@ class harness {
     std::vector<std::int32_t> released;
     const outcome got = run_call([&] {
       csr v = view();
-      released = mgr_.commit(id, plan, v, row_map());
+      released = mgr_.commit(id, plan, v, row_map()).removed;
     });
     expect(got, want, "commit(" + std::to_string(id) + ", plan of " + std::to_string(plan.pages.size()) + " pages)");
     unchanged_if_rejected(got, before, "commit(one)");
@@ -1182,7 +1185,7 @@ class harness {
     std::vector<std::int32_t> removed;
     const outcome got = run_call([&] {
       csr v(copy.indptr, copy.indices, copy.last_page_len, P_, pool_pages_);
-      removed = v.remove_pages(row, pages);
+      removed = v.remove_pages(row, pages).removed;
     });
     expect(got, want,
            "scratch csr.remove_pages(row " + std::to_string(row) + ", " + std::to_string(pages.size()) + " pages)");

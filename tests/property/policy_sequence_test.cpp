@@ -268,8 +268,8 @@ TEST(PolicySequence, CommitReturnsWhatThePageTableFreed) {
   seq.append(md::regions::user, 13);
   pool.append_tokens(5, 13);
   const std::vector<std::int32_t> table(pool.block_table(5).begin(), pool.block_table(5).end());
-  const auto freed = seq.commit(seq.select(2), pool, 5);  // the two oldest pages
-  EXPECT_EQ(freed, (std::vector<std::int32_t>{table[0], table[1]}));
+  const auto removal = seq.commit(seq.select(2), pool, 5);  // the two oldest pages
+  EXPECT_EQ(removal.freed, (std::vector<std::int32_t>{table[0], table[1]}));
   EXPECT_EQ(pool.num_pages(5), seq.num_pages());
   EXPECT_EQ(seq.positions().front(), 8u);
 }

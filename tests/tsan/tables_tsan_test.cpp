@@ -61,7 +61,7 @@ std::uint64_t pool_work(md::block_pool<>& pool, int t) {
     pool.share_prefix(a, b, 1);
     pool.append_tokens(b, 5);
     const std::vector<std::size_t> victims{1};
-    for (auto id : pool.remove_pages(a, victims)) h.add(static_cast<std::uint64_t>(id));
+    for (auto id : pool.remove_pages(a, victims).removed) h.add(static_cast<std::uint64_t>(id));
     for (auto id : pool.block_table(b)) h.add(static_cast<std::uint64_t>(id));
     if (round % 3 != 0) pool.close(a);
     if (round % 4 == 0) pool.close(b);
@@ -116,9 +116,9 @@ std::uint64_t flashinfer_batches(bool threaded) {
     auto v = batches[static_cast<std::size_t>(t)].view();
     md::detail::fnv1a64 h;
     const std::vector<std::size_t> first{0}, middle{1, 3};
-    for (auto id : v.remove_pages(1, first)) h.add(static_cast<std::uint64_t>(id));
-    for (auto id : v.remove_pages(0, middle)) h.add(static_cast<std::uint64_t>(id));
-    for (auto id : v.remove_pages(2, std::vector<std::size_t>{static_cast<std::size_t>(t % 5)}))
+    for (auto id : v.remove_pages(1, first).removed) h.add(static_cast<std::uint64_t>(id));
+    for (auto id : v.remove_pages(0, middle).removed) h.add(static_cast<std::uint64_t>(id));
+    for (auto id : v.remove_pages(2, std::vector<std::size_t>{static_cast<std::size_t>(t % 5)}).removed)
       h.add(static_cast<std::uint64_t>(id));
     for (std::size_t r = 0; r < v.batch_size(); ++r) h.add(static_cast<std::uint64_t>(v.kv_len(r)));
     digests[static_cast<std::size_t>(t)] = h.value();
@@ -162,8 +162,8 @@ std::uint64_t row_views(bool threaded) {
     md::detail::fnv1a64 h;
     for (int round = 0; round < 3; ++round) {
       const std::vector<std::size_t> victims{static_cast<std::size_t>((t + round) % 3)};
-      for (auto id : vllm.remove_pages(0, victims)) h.add(static_cast<std::uint64_t>(id));
-      for (auto range : sglang.remove_pages(0, victims))
+      for (auto id : vllm.remove_pages(0, victims).removed) h.add(static_cast<std::uint64_t>(id));
+      for (auto range : sglang.remove_pages(0, victims).slots)
         h.add(static_cast<std::uint64_t>(range.begin)).add(static_cast<std::uint64_t>(range.end));
     }
     digests[r] = h.value();

@@ -47,8 +47,10 @@ TEST(FlashInferCsr, RemovingPagesCompactsIndicesShiftsIndptrAndKeepsLastPageLen)
   batch b;
   auto csr = b.view();
   const std::size_t victims[] = {0, 2};
-  const auto removed = csr.remove_pages(0, victims);
-  EXPECT_EQ(removed, (std::vector<std::int32_t>{40, 42}));
+  const auto removal = csr.remove_pages(0, victims);
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{40, 42}));
+  EXPECT_FALSE(removal.freed);
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{40 * P, 41 * P}, {42 * P, 43 * P}}));
   EXPECT_EQ(b.indptr, (std::vector<std::int32_t>{0, 2, 4, 7}));
   EXPECT_EQ(std::vector(b.indices.begin(), b.indices.begin() + 7),
             (std::vector<std::int32_t>{41, 43, 50, 51, 60, 61, 62}));
@@ -174,8 +176,8 @@ TEST(FlashInferCsr, ASequenceCommitsIntoItsRequestsRow) {
   seq.advance_to(60);
   const auto plan = seq.select(1);
   ASSERT_EQ(plan.pages, std::vector<std::size_t>{1});
-  const auto removed = seq.commit(plan, csr, 2);
-  EXPECT_EQ(removed, std::vector<std::int32_t>{61});
+  const auto removal = seq.commit(plan, csr, 2);
+  EXPECT_EQ(removal.removed, std::vector<std::int32_t>{61});
   EXPECT_EQ(csr.kv_len(2), seq.kv_len());
 }
 

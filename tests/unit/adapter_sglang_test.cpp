@@ -43,8 +43,10 @@ TEST(SglangReqToToken, RemovingPagesShiftsTheRowAndReturnsMergedSlotRanges) {
   pool p;
   auto view = p.view();
   const std::size_t victims[] = {0, 1};
-  const auto freed = view.remove_pages(0, victims);
-  EXPECT_EQ(freed, (std::vector<md::slot_range>{{100, 108}}));
+  const auto removal = view.remove_pages(0, victims);
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{100, 108}}));
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{100, 104})) << "a page is named by its first slot";
+  EXPECT_FALSE(removal.freed) << "the radix cache may still hold the slots";
   EXPECT_EQ(p.lens[0], 6);
   EXPECT_EQ(std::vector(p.slots.begin(), p.slots.begin() + 6),
             (std::vector<std::int32_t>{108, 109, 110, 111, 112, 113}));
@@ -55,8 +57,9 @@ TEST(SglangReqToToken, ScatteredSlotsComeBackSortedAndMerged) {
   pool p;
   auto view = p.view();
   const std::size_t victims[] = {0};
-  const auto freed = view.remove_pages(1, victims);  // slots 9, 3, 4, 5
-  EXPECT_EQ(freed, (std::vector<md::slot_range>{{3, 6}, {9, 10}}));
+  const auto removal = view.remove_pages(1, victims);  // slots 9, 3, 4, 5
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{3, 6}, {9, 10}}));
+  EXPECT_EQ(removal.removed, std::vector<std::int32_t>{9});
   EXPECT_EQ(std::vector(p.slots.begin() + max_context, p.slots.begin() + max_context + 4),
             (std::vector<std::int32_t>{60, 61, 20, 2}));
   EXPECT_EQ(p.lens[1], 4);
@@ -134,7 +137,7 @@ TEST(SglangReqToToken, ASingleRowViewAndASequenceCommit) {
   seq.advance_to(60);
   const auto plan = seq.select(1);
   ASSERT_EQ(plan.pages, std::vector<std::size_t>{1});
-  EXPECT_EQ(seq.commit(plan, view, 0), (std::vector<md::slot_range>{{44, 48}}));
+  EXPECT_EQ(seq.commit(plan, view, 0).slots, (std::vector<md::slot_range>{{44, 48}}));
   EXPECT_EQ(seq_len, 5);
   EXPECT_EQ(row[4], 48) << "the last token moved down one page";
   // Decode positions stay absolute: the next token is at seq_len + evicted_tokens.

@@ -28,8 +28,10 @@ TEST(VllmBlockTable, RemovingBlocksCompactsTheRowAndLowersItsCount) {
   table t;
   auto view = t.view();
   const std::size_t victims[] = {1, 2};
-  const auto removed = view.remove_pages(0, victims);
-  EXPECT_EQ(removed, (std::vector<std::int32_t>{8, 9}));
+  const auto removal = view.remove_pages(0, victims);
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{8, 9}));
+  EXPECT_FALSE(removal.freed) << "the scheduler's block pool owns the reference counts";
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{8 * 16, 10 * 16}})) << "blocks 8 and 9 are adjacent";
   EXPECT_EQ(t.counts, (std::vector<std::int32_t>{2, 2, 3}));
   EXPECT_EQ(std::vector(t.blocks.begin(), t.blocks.begin() + 2), (std::vector<std::int32_t>{7, 10}));
   EXPECT_EQ(std::vector(t.blocks.begin() + stride, t.blocks.end()),
@@ -42,7 +44,9 @@ TEST(VllmBlockTable, ASingleRowViewEditsTheRowAndItsCount) {
   std::int32_t num_blocks = 4;
   auto view = md::vllm_block_table::row(row, num_blocks, P, 16);
   const std::size_t victims[] = {0, 3};
-  EXPECT_EQ(view.remove_pages(0, victims), (std::vector<std::int32_t>{3, 6}));
+  const auto removal = view.remove_pages(0, victims);
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{3, 6}));
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{3 * 16, 4 * 16}, {6 * 16, 7 * 16}}));
   EXPECT_EQ(num_blocks, 2);
   EXPECT_EQ(row[0], 4);
   EXPECT_EQ(row[1], 5);
@@ -142,7 +146,7 @@ TEST(VllmBlockTable, ASequenceCommitsIntoItsRow) {
   seq.advance_to(60);
   const auto plan = seq.select(1);
   ASSERT_EQ(plan.pages, std::vector<std::size_t>{0});
-  EXPECT_EQ(seq.commit(plan, view, 2), std::vector<std::int32_t>{7});
+  EXPECT_EQ(seq.commit(plan, view, 2).removed, std::vector<std::int32_t>{7});
   EXPECT_EQ(t.counts[2], 2);
   EXPECT_EQ(view.page_at(2, 0), 30);
 }

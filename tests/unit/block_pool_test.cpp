@@ -31,7 +31,10 @@ TEST(BlockPool, HandsOutIdsInADeterministicOrderAndReusesTheLastFreedFirst) {
   pool.append_tokens(1, 3 * P + 1);
   EXPECT_EQ(table_of(pool, 1), (std::vector<std::int32_t>{0, 1, 2, 3}));
   const std::size_t victims[] = {1, 2};
-  EXPECT_EQ(pool.remove_pages(1, victims), (std::vector<std::int32_t>{1, 2}));
+  const auto removal = pool.remove_pages(1, victims);
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(removal.freed, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(removal.slots, (std::vector<md::slot_range>{{P, 3 * P}}));
   pool.open(2);
   pool.append_tokens(2, 2 * P);
   EXPECT_EQ(table_of(pool, 2), (std::vector<std::int32_t>{2, 1}));
@@ -74,11 +77,13 @@ TEST(BlockPool, SharedPrefixBlocksAreFreedOnlyByTheirLastHolder) {
   EXPECT_TRUE(pool.consistent());
 
   const std::size_t victims[] = {0, 1, 3};
-  EXPECT_EQ(pool.remove_pages(2, victims), std::vector<std::int32_t>{5}) << "blocks 0 and 1 are still held by 1";
+  const auto removal = pool.remove_pages(2, victims);
+  EXPECT_EQ(removal.removed, (std::vector<std::int32_t>{0, 1, 5})) << "removed from sequence 2";
+  EXPECT_EQ(removal.freed, std::vector<std::int32_t>{5}) << "blocks 0 and 1 are still held by 1";
   EXPECT_EQ(pool.ref_count(0), 1u);
   EXPECT_EQ(table_of(pool, 2), (std::vector<std::int32_t>{2, 6}));
   const std::size_t first[] = {0};
-  EXPECT_EQ(pool.remove_pages(1, first), std::vector<std::int32_t>{0}) << "the last holder frees it";
+  EXPECT_EQ(pool.remove_pages(1, first).freed, std::vector<std::int32_t>{0}) << "the last holder frees it";
   EXPECT_TRUE(pool.consistent());
 
   const std::size_t before = pool.free_blocks();

@@ -313,7 +313,8 @@ TEST(ManagerShared, ASequenceBudgetMayEvictSharedPagesButTheyFreeNothing) {
   const std::size_t free_before = f.pool.free_blocks();
   const auto released = f.mgr.commit(plan, f.pool, md::identity_id{});
   EXPECT_EQ(f.pool.free_blocks() - free_before, plan.pages_freed);
-  EXPECT_EQ(released.at(2).size(), plan.pages_freed);
+  EXPECT_EQ(released.at(2).freed->size(), plan.pages_freed);
+  EXPECT_EQ(released.at(2).removed.size(), plan.victims.size()) << "shared victims are removed, not freed";
   EXPECT_TRUE(f.pool.consistent());
   EXPECT_EQ(f.mgr.at(2).num_pages(), 4u);
 }
@@ -365,7 +366,11 @@ TEST(ManagerCommit, AppliesEveryPlanAndReturnsTheFreedBlocks) {
   for (const auto& [id, p] : plan.plans)
     for (std::size_t page : p.pages) expected[id].push_back(f.pool.page_at(id, page));
   const auto released = f.mgr.commit(plan, f.pool, md::identity_id{});
-  EXPECT_EQ(released, expected);
+  ASSERT_EQ(released.size(), expected.size());
+  for (const auto& [id, removal] : released) {
+    EXPECT_EQ(removal.removed, expected.at(id)) << "sequence " << id;
+    EXPECT_EQ(removal.freed, expected.at(id)) << "sequence " << id << ": nothing is shared";
+  }
   EXPECT_EQ(f.mgr.resident_pages(), 9u);
   for (auto id : f.mgr.ids()) EXPECT_EQ(f.pool.num_pages(id), f.mgr.at(id).num_pages());
   EXPECT_TRUE(f.pool.consistent());
@@ -419,7 +424,7 @@ TEST(ManagerCommit, MapsManagerIdsToTheRowsOfABatchTable) {
   ASSERT_EQ(plan.pages_freed, 2u);
   const auto removed = mgr.commit(plan, csr, row_of);
   std::size_t total = 0;
-  for (const auto& [id, ids] : removed) total += ids.size();
+  for (const auto& [id, removal] : removed) total += removal.removed.size();
   EXPECT_EQ(total, 2u);
   EXPECT_EQ(csr.num_pages(0), mgr.at(500).num_pages());
   EXPECT_EQ(csr.num_pages(1), mgr.at(700).num_pages());

@@ -7,8 +7,8 @@
 //   mgr.advance_to(step);                          // every clock, and the end of last step's protections
 //   mgr.protect_tail_tokens(request_id, 4);        // speculative tokens still read these pages this step
 //   auto plan = mgr.select_global();               // phase 1: pure
-//   auto released = mgr.commit(plan, pool, memdecay::identity_id{});  // phase 2: every table and state, all or
-//                                                                     // nothing; the id map is always named
+//   auto removals = mgr.commit(plan, pool, memdecay::identity_id{});  // phase 2: every table and state, all or
+//                                                                    // nothing; the id map is always named
 //
 // One manager serves every policy: basic_manager<Sequence> manages any sequence_like type (sequence_like.hpp),
 // so basic_manager<memdecay::policy_sequence<memdecay::policies::h2o>> runs H2O under the same budgets.
@@ -470,21 +470,15 @@ class basic_manager {
   /// to the table's (a row index for the vLLM and SGLang views; identity_id{} when they are the same number).
   /// All plans are checked against their sequences and (for a checked_page_table) the table before anything
   /// changes, so a rejected commit changes nothing: usage_error, naming the call and the sequence, for a stale
-  /// plan, an unknown sequence, a page protected for this step or a table that disagrees. Returns, per sequence,
-  /// what the table's remove_pages returned when it returns anything.
+  /// plan, an unknown sequence, a page protected for this step or a table that disagrees. Returns each
+  /// sequence's page_removal (the removed pages, the memory that freed, their slots).
   template <page_table Table, class IdMap>
-  auto commit(const global_plan_type& plan, Table& table, IdMap table_id) {
+  std::map<SequenceId, page_removal<typename Table::page_id>> commit(const global_plan_type& plan, Table& table,
+                                                                     IdMap table_id) {
     for (const auto& [id, p] : plan.plans) check_commit(id, p, table, table_id_of<Table>(table_id, id));
-    using result = decltype(table.remove_pages(std::declval<const typename Table::sequence_id&>(),
-                                               std::span<const std::size_t>{}));
-    if constexpr (std::is_void_v<result>) {
-      for (const auto& [id, p] : plan.plans) apply(id, p, table, table_id_of<Table>(table_id, id));
-    } else {
-      std::map<SequenceId, result> released;
-      for (const auto& [id, p] : plan.plans)
-        released.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
-      return released;
-    }
+    std::map<SequenceId, page_removal<typename Table::page_id>> removals;
+    for (const auto& [id, p] : plan.plans) removals.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
+    return removals;
   }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
   /// changing nothing, if any plan is stale or names a page protected for this step.
@@ -495,7 +489,7 @@ class basic_manager {
   /// Applies one sequence's plan to the table and the state (see basic_sequence::commit), honouring this step's
   /// protections.
   template <page_table Table, class IdMap>
-  auto commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id) {
+  page_removal<typename Table::page_id> commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id) {
     const auto tid = table_id_of<Table>(table_id, id);
     check_commit(id, plan, table, tid);
     return apply(id, plan, table, tid);
@@ -668,17 +662,13 @@ class basic_manager {
   }
 
   template <class Table>
-  auto apply(SequenceId id, const plan_type& plan, Table& table, const typename Table::sequence_id& tid) {
+  page_removal<typename Table::page_id> apply(SequenceId id, const plan_type& plan, Table& table,
+                                              const typename Table::sequence_id& tid) {
     auto& e = find_entry(id, "commit")->second;
     auto evicted = evicted_origins(e, plan.pages);
-    if constexpr (std::is_void_v<decltype(e.seq->remove_from(plan, table, tid))>) {
-      e.seq->remove_from(plan, table, tid);
-      forget(e, evicted);
-    } else {
-      auto released = e.seq->remove_from(plan, table, tid);
-      forget(e, evicted);
-      return released;
-    }
+    auto removal = e.seq->remove_from(plan, table, tid);
+    forget(e, evicted);
+    return removal;
   }
   // A checked plan to the state only.
   void apply(SequenceId id, const plan_type& plan) {

@@ -262,10 +262,11 @@ class basic_sequence {
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
   /// changing neither, if the plan is stale, the table disagrees with the state (page size, page count) or a
-  /// manager owns this sequence. Returns what the table's remove_pages returns (block_pool: the freed block ids;
-  /// the adapters: the removed ids or slot ranges).
+  /// manager owns this sequence. Returns the table's page_removal (the removed pages, the memory that freed, their
+  /// slots).
   template <page_table Table>
-  auto commit(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
+  page_removal<typename Table::page_id> commit(const plan_type& plan, Table& table,
+                                               const typename Table::sequence_id& seq) {
     check_unmanaged();
     check_commit(plan);
     detail::check_page_table(table, seq, page_size(), num_pages());
@@ -309,15 +310,11 @@ class basic_sequence {
   }
   // The table first (it may throw, and nothing here has changed yet), then the state.
   template <class Table>
-  auto remove_from(const plan_type& plan, Table& table, const typename Table::sequence_id& seq) {
-    if constexpr (std::is_void_v<decltype(table.remove_pages(seq, plan.pages))>) {
-      table.remove_pages(seq, plan.pages);
-      remove(plan.pages);
-    } else {
-      auto released = table.remove_pages(seq, plan.pages);
-      remove(plan.pages);
-      return released;
-    }
+  page_removal<typename Table::page_id> remove_from(const plan_type& plan, Table& table,
+                                                    const typename Table::sequence_id& seq) {
+    auto removal = table.remove_pages(seq, plan.pages);
+    remove(plan.pages);
+    return removal;
   }
 
   config config_;

@@ -160,19 +160,24 @@ class block_pool {
   }
 
   /// Removes the strictly ascending logical pages, compacts the block table and drops one reference to each
-  /// removed block. Returns the blocks that became free (those no other sequence holds), in logical order.
-  /// Throws usage_error, changing nothing, when check_remove_pages() does.
-  std::vector<PageId> remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) {
+  /// removed block. Returns every removed block (removed), those that became free because no other sequence
+  /// holds them (freed), both in logical order, and the removed blocks' slots. Throws usage_error, changing
+  /// nothing, when check_remove_pages() does.
+  page_removal<PageId> remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) {
     check_remove_pages(seq, pages);
     auto& e = find(seq);
-    std::vector<PageId> freed;
-    freed.reserve(pages.size());  // the only allocation; free_ already has room for every block
-    for (std::size_t p : pages)
-      if (refs_[static_cast<std::size_t>(e.blocks[p])] == 1) freed.push_back(e.blocks[p]);
+    page_removal<PageId> out;  // every allocation before the first change: free_ already has room for every block
+    out.removed.reserve(pages.size());
+    out.freed.emplace().reserve(pages.size());
+    for (std::size_t p : pages) {
+      out.removed.push_back(e.blocks[p]);
+      if (refs_[static_cast<std::size_t>(e.blocks[p])] == 1) out.freed->push_back(e.blocks[p]);
+    }
+    out.slots = block_slots(std::span<const PageId>(out.removed), page_size_);
     for (std::size_t p : pages) release(e.blocks[p]);
     e.blocks.resize(compact_pages(std::span<PageId>(e.blocks), 1, pages));
     e.tokens -= pages.size() * page_size_;
-    return freed;
+    return out;
   }
 
   /// Checks the pool's invariants: a block is free exactly when no sequence holds it, its reference count is the

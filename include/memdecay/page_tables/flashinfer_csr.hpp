@@ -144,23 +144,24 @@ class flashinfer_csr {
   }
 
   /// Removes the strictly ascending logical pages of request r: compacts `indices`, lowers the later `indptr`
-  /// entries, keeps `last_page_len`. Returns the removed page ids in logical order; the engine returns them to
-  /// its allocator, which frees a page only when no other holder is left (ref_count()). Throws, writing nothing,
-  /// when check_remove_pages() does.
-  std::vector<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
+  /// entries, keeps `last_page_len`. Returns the removed page ids in logical order and their slots; freed is
+  /// nullopt: the engine's allocator frees a page only when no other holder is left (ref_count()). Throws,
+  /// writing nothing, when check_remove_pages() does.
+  page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
-    std::vector<page_id> removed;
-    removed.reserve(pages.size());
+    page_removal<page_id> out;
+    out.removed.reserve(pages.size());
     const std::size_t begin = static_cast<std::size_t>(indptr_[r]), end = static_cast<std::size_t>(indptr_[r + 1]);
-    for (std::size_t p : pages) removed.push_back(indices_[begin + p]);
-    if (pages.empty()) return removed;
+    for (std::size_t p : pages) out.removed.push_back(indices_[begin + p]);
+    out.slots = block_slots(std::span<const page_id>(out.removed), page_size_);
+    if (pages.empty()) return out;
     compact_pages(indices_.subspan(begin, end - begin), 1, pages);
     const std::size_t k = pages.size(), total = nnz();
     std::copy(indices_.begin() + static_cast<std::ptrdiff_t>(end),
               indices_.begin() + static_cast<std::ptrdiff_t>(total),
               indices_.begin() + static_cast<std::ptrdiff_t>(end - k));
     for (std::size_t j = r + 1; j < indptr_.size(); ++j) indptr_[j] -= static_cast<std::int32_t>(k);
-    return removed;
+    return out;
   }
 
  private:

@@ -18,8 +18,11 @@
 #ifndef MEMDECAY_PAGE_TABLE_HPP
 #define MEMDECAY_PAGE_TABLE_HPP
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,13 +30,70 @@
 
 namespace memdecay {
 
+/// A half-open range [begin, end) of KV slots (token positions in the engine's KV pool).
+struct slot_range {
+  std::int64_t begin;
+  std::int64_t end;
+  friend bool operator==(const slot_range&, const slot_range&) = default;
+};
+
+/// What one remove_pages call did, the same type for every table, so generic engine code cannot mistake removed
+/// pages for freed memory (a shared block is removed from one sequence but stays in use by the others):
+///  - removed: the physical id of every removed page, in logical order. The sequence no longer holds them; an
+///    engine whose allocator counts references drops one reference to each (vLLM's free_blocks does exactly that).
+///  - freed:   the removed pages that no holder keeps any more, in logical order: memory the allocator may reuse
+///    now. Only a table that owns the reference counts knows it (block_pool); a view over an engine's arrays
+///    (vLLM, FlashInfer, SGLang) leaves it std::nullopt, because the engine's allocator decides.
+///  - slots:   the KV slots of the removed pages as merged, ascending ranges (a block b of a block table holds
+///    slots [b * page_size, (b + 1) * page_size), vLLM's slot_mapping and FlashInfer's paged layout; an SGLang
+///    page holds whatever slots its row lists).
+template <class PageId>
+struct page_removal {
+  std::vector<PageId> removed;
+  std::optional<std::vector<PageId>> freed;
+  std::vector<slot_range> slots;
+  friend bool operator==(const page_removal&, const page_removal&) = default;
+};
+
+/// Sorts `slots` and merges them into ascending half-open ranges.
+inline std::vector<slot_range> merge_slots(std::vector<std::int64_t> slots) {
+  std::sort(slots.begin(), slots.end());
+  std::vector<slot_range> ranges;
+  for (std::int64_t slot : slots) {
+    if (!ranges.empty() && ranges.back().end == slot)
+      ++ranges.back().end;
+    else
+      ranges.push_back({slot, slot + 1});
+  }
+  return ranges;
+}
+
+/// The slots of whole blocks of `page_size` tokens (block b holds [b * page_size, (b + 1) * page_size)) as merged,
+/// ascending ranges.
+template <class PageId>
+std::vector<slot_range> block_slots(std::span<const PageId> blocks, std::size_t page_size) {
+  std::vector<std::int64_t> starts;
+  starts.reserve(blocks.size());
+  for (PageId b : blocks) starts.push_back(static_cast<std::int64_t>(b) * static_cast<std::int64_t>(page_size));
+  std::sort(starts.begin(), starts.end());
+  std::vector<slot_range> ranges;
+  const auto width = static_cast<std::int64_t>(page_size);
+  for (std::int64_t start : starts) {
+    if (!ranges.empty() && ranges.back().end == start)
+      ranges.back().end += width;
+    else
+      ranges.push_back({start, start + width});
+  }
+  return ranges;
+}
+
 /// A page table maps (sequence, logical page index) to a physical page id and can remove pages.
 ///  - page_size(): tokens per page, equal to the sequence's;
 ///  - num_pages(seq): pages the sequence holds now;
 ///  - page_at(seq, i): the physical id of logical page i;
 ///  - remove_pages(seq, pages): removes the strictly ascending logical pages, shifts the later ones down and
-///    releases the removed blocks (or returns them to the caller, who owns the allocator); throws (changing
-///    nothing) when the indices are invalid. The return value is the table's own (freed ids, slot ranges...).
+///    returns a page_removal saying what left and what memory that frees; throws (changing nothing) when the
+///    indices are invalid.
 template <class T>
 concept page_table = requires(T& table, const T& const_table, const typename T::sequence_id& seq, std::size_t index,
                               std::span<const std::size_t> pages) {
@@ -42,7 +102,7 @@ concept page_table = requires(T& table, const T& const_table, const typename T::
   { const_table.page_size() } -> std::convertible_to<std::size_t>;
   { const_table.num_pages(seq) } -> std::convertible_to<std::size_t>;
   { const_table.page_at(seq, index) } -> std::convertible_to<typename T::page_id>;
-  {table.remove_pages(seq, pages)};
+  { table.remove_pages(seq, pages) } -> std::same_as<page_removal<typename T::page_id>>;
 };
 
 /// A page table that can check a removal without doing it: check_remove_pages(seq, pages) throws the error that

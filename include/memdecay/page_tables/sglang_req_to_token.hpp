@@ -29,13 +29,6 @@
 
 namespace memdecay {
 
-/// A half-open range [begin, end) of KV slots.
-struct slot_range {
-  std::int32_t begin;
-  std::int32_t end;
-  friend bool operator==(const slot_range&, const slot_range&) = default;
-};
-
 class sglang_req_to_token {
  public:
   using sequence_id = std::size_t;  ///< the request's row in the pool
@@ -114,25 +107,24 @@ class sglang_req_to_token {
   }
 
   /// Removes the strictly ascending logical pages of row r: shifts the later tokens left by whole pages and lowers
-  /// seq_len. Returns the freed slots as merged, ascending half-open ranges. Throws, writing nothing, when
-  /// check_remove_pages() does.
-  std::vector<slot_range> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
+  /// seq_len. Returns each removed page's first slot (removed) and all its slots as merged, ascending ranges
+  /// (slots), for the engine's token_to_kv_pool allocator; freed is nullopt (the radix cache may still hold the
+  /// slots). Throws, writing nothing, when check_remove_pages() does.
+  page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
     const auto row = slots_.subspan(r * stride_, static_cast<std::size_t>(lens_[r]));
-    std::vector<std::int32_t> freed;
-    freed.reserve(pages.size() * page_size_);
-    for (std::size_t p : pages)
-      freed.insert(freed.end(), row.begin() + p * page_size_, row.begin() + (p + 1) * page_size_);
-    std::sort(freed.begin(), freed.end());
-    std::vector<slot_range> ranges;
-    for (std::int32_t slot : freed) {
-      if (!ranges.empty() && ranges.back().end == slot)
-        ++ranges.back().end;
-      else
-        ranges.push_back({slot, slot + 1});
+    page_removal<page_id> out;
+    out.removed.reserve(pages.size());
+    std::vector<std::int64_t> slots;
+    slots.reserve(pages.size() * page_size_);
+    for (std::size_t p : pages) {
+      out.removed.push_back(row[p * page_size_]);
+      slots.insert(slots.end(), row.begin() + static_cast<std::ptrdiff_t>(p * page_size_),
+                   row.begin() + static_cast<std::ptrdiff_t>((p + 1) * page_size_));
     }
+    out.slots = merge_slots(std::move(slots));
     lens_[r] = static_cast<std::int64_t>(compact_pages(row, page_size_, pages));
-    return ranges;
+    return out;
   }
 
  private:

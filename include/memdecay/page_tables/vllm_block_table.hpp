@@ -133,16 +133,18 @@ class vllm_block_table {
   }
 
   /// Removes the strictly ascending logical pages of row r, moves its later blocks down and lowers its block
-  /// count. Returns the removed block ids in logical order, for the scheduler to release. Throws, writing
-  /// nothing, when check_remove_pages() does.
-  std::vector<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
+  /// count. Returns the removed block ids in logical order and their slots; freed is nullopt: the scheduler's
+  /// block pool owns the reference counts and drops one per removed block (free_blocks). Throws, writing nothing,
+  /// when check_remove_pages() does.
+  page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
-    std::vector<page_id> removed;
-    removed.reserve(pages.size());
+    page_removal<page_id> out;
+    out.removed.reserve(pages.size());
     const auto row = block_ids_.subspan(r * stride_, static_cast<std::size_t>(num_blocks_[r]));
-    for (std::size_t p : pages) removed.push_back(row[p]);
+    for (std::size_t p : pages) out.removed.push_back(row[p]);
+    out.slots = block_slots(std::span<const page_id>(out.removed), page_size_);
     num_blocks_[r] = static_cast<std::int32_t>(compact_pages(row, 1, pages));
-    return removed;
+    return out;
   }
 
  private:
