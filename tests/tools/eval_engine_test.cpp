@@ -29,7 +29,7 @@
 #include <memdecay/core/sequence.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/tiny_lm.hpp"
+#include "engine/kv_session.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // key when both are resident (perfect recall over what the cache holds) and returns deterministic attention rows
 // that favour facts and recent tokens. It keeps its tokens in the physical blocks of its block pool, the way the
 // engine keeps K/V, so evictions committed to its page table really remove tokens. The end-to-end test at the
-// bottom runs the real engine (tools/eval/engine/tiny_lm.hpp) on the bundled small model.
+// bottom runs the real engine (tools/eval/engine/kv_session.hpp) on the bundled small model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -574,10 +574,10 @@ TEST(EvalHarness, RecordsTheFullCacheRunAsATrace) {
     }
 }
 
-// --- the real engine (tools/eval/engine/tiny_lm.hpp) -------------------------------------------------------------
+// --- the real engine (tools/eval/engine/kv_session.hpp) ----------------------------------------------------------
 
-#if __has_include("../tools/eval/engine/tiny_lm.hpp")
-#include "../../tools/eval/engine/tiny_lm.hpp"
+#if __has_include("../../tools/eval/engine/kv_session.hpp")
+#include "../../tools/eval/engine/kv_session.hpp"
 
 namespace {
 

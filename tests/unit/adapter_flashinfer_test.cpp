@@ -181,4 +181,54 @@ TEST(FlashInferCsr, ASequenceCommitsIntoItsRequestsRow) {
   EXPECT_EQ(csr.kv_len(2), seq.kv_len());
 }
 
+// The batch removal the manager's commit uses must leave the arrays exactly as one removal per request does, in
+// any order of the batch, and return what each of those removals returns.
+TEST(FlashInferCsr, ABatchRemovalEqualsOneRemovalPerRequest) {
+  const std::vector<std::size_t> of0{0, 2}, of1{1}, of2{0, 1};
+  batch one_by_one;
+  auto csr = one_by_one.view();
+  const auto r2 = csr.remove_pages(2, of2);
+  const auto r0 = csr.remove_pages(0, of0);
+  const auto r1 = csr.remove_pages(1, of1);
+
+  batch at_once;
+  auto view = at_once.view();
+  const std::vector<md::sequence_pages<std::size_t>> requests{{1, of1}, {2, of2}, {0, of0}};  // any order
+  const auto removals = view.remove_pages_of(requests);
+  ASSERT_EQ(removals.size(), 3u);
+  EXPECT_EQ(removals[0], r1);
+  EXPECT_EQ(removals[1], r2);
+  EXPECT_EQ(removals[2], r0);
+  EXPECT_EQ(at_once.indptr, one_by_one.indptr);
+  EXPECT_EQ(at_once.last_page_len, one_by_one.last_page_len);
+  EXPECT_EQ(std::vector(at_once.indices.begin(), at_once.indices.begin() + 4),
+            std::vector(one_by_one.indices.begin(), one_by_one.indices.begin() + 4));
+  EXPECT_EQ(at_once.indices[9], -1) << "entries past the old nnz are never written";
+  EXPECT_EQ(at_once.indices[10], -1);
+  EXPECT_EQ(at_once.indptr, (std::vector<std::int32_t>{0, 2, 3, 4}));
+  EXPECT_EQ(std::vector(at_once.indices.begin(), at_once.indices.begin() + 4),
+            (std::vector<std::int32_t>{41, 43, 50, 62}));
+  view.validate();
+}
+
+TEST(FlashInferCsr, ABatchRemovalChecksEveryRequestBeforeWritingAny) {
+  batch b;
+  auto view = b.view();
+  const auto before = b.arrays();
+  const std::vector<std::size_t> fine{0}, partial{2}, all{0, 1};
+  const std::vector<md::sequence_pages<std::size_t>> twice{{0, fine}, {0, fine}};
+  EXPECT_THROW((void)view.remove_pages_of(twice), md::usage_error) << "a request named twice";
+  const std::vector<md::sequence_pages<std::size_t>> last_bad{{0, fine}, {2, partial}};
+  EXPECT_THROW((void)view.remove_pages_of(last_bad), md::usage_error) << "request 2's partial last page";
+  const std::vector<md::sequence_pages<std::size_t>> empties{{0, fine}, {1, all}};
+  EXPECT_THROW((void)view.remove_pages_of(empties), md::usage_error) << "every page of request 1";
+  const std::vector<md::sequence_pages<std::size_t>> outside{{0, fine}, {3, fine}};
+  EXPECT_THROW((void)view.remove_pages_of(outside), md::usage_error) << "a request outside the batch";
+  EXPECT_EQ(b.arrays(), before);
+  b.indices[7] = 99;  // request 2 names a page outside the pool
+  EXPECT_THROW((void)view.remove_pages_of(last_bad), md::input_error);
+  b.indices[7] = 61;
+  EXPECT_EQ(b.arrays(), before);
+}
+
 }  // namespace

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay-eval's harness: runs evaluation episodes (episodes.hpp) through a model with a paged KV cache while an
-// eviction policy evicts online, and scores recall probes. docs/eval.md describes the protocol.
+// eviction policy evicts online, and scores recall probes. docs/eval.md describes the protocol. The policies are
+// policy_kinds.hpp; the settings, schedule and results, run_types.hpp.
 //
 // The harness is generic in the session type, so tests drive it with a small fake model and memdecay-eval with
-// the real engine (engine/tiny_lm.hpp). A Session needs (the contract of tools/eval/engine/tiny_lm.hpp):
+// the real engine (engine/kv_session.hpp). A Session needs (the contract of tools/eval/engine/kv_session.hpp):
 //
 //   step_result append(std::span<const std::int32_t>)   // .layer_mass[layer][resident token, block-table order]
 //   std::vector<std::int32_t> answer(std::span<const std::int32_t> prompt, std::size_t max_new) const
@@ -37,314 +38,32 @@
 #define MEMDECAY_TOOLS_EVAL_HARNESS_HPP
 
 #include <algorithm>
-#include <atomic>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <memdecay/page_tables/block_pool.hpp>
-#include <memdecay/core/config.hpp>
-#include <memdecay/policies/h2o.hpp>
-#include <memdecay/policies/memdecay.hpp>
-#include <memdecay/policies/norm_sum.hpp>
-#include <memdecay/policies/priority_lru.hpp>
-#include <memdecay/policies/random.hpp>
-#include <memdecay/policies/scissorhands.hpp>
-#include <memdecay/policies/snapkv.hpp>
-#include <memdecay/policies/streaming_llm.hpp>
-#include <memdecay/policies/tova.hpp>
 #include <memdecay/core/sequence.hpp>
-#include <memdecay/core/region.hpp>
 #include <memdecay/io/trace.hpp>
 
 #include "../common/any_sequence.hpp"
-#include "../common/policy_catalogue.hpp"
+#include "../common/parallel_for.hpp"
 #include "episodes.hpp"
 #include "oracle.hpp"
+#include "policy_kinds.hpp"
+#include "run_types.hpp"
 
 namespace memdecay_eval {
 
 namespace md = memdecay;
-
-/// The page table every session exposes.
-using pool_type = md::block_pool<std::int32_t, std::uint64_t>;
-
-// ------------------------------------------------------------------------------------------------------------
-// Policies
-// ------------------------------------------------------------------------------------------------------------
-
-/// A policy by name, with a factory that builds its sequence from the run's config (budget, page size, protections
-/// and region overrides already set).
-struct policy_kind {
-  std::string name;
-  std::string description;
-  std::function<std::unique_ptr<memdecay_tools::any_sequence>(const md::config&)> make;
-  bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
-};
-
-/// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
-inline policy_kind oracle_kind() {
-  policy_kind k;
-  k.name = "oracle";
-  k.description = "clairvoyant: the exact optimum of the offline residency problem (0-1 program, GLPK), probes first";
-  k.oracle = true;
-  return k;
-}
-
-/// MemDecay's and the baselines' parameters (tools/common/policy_catalogue.hpp).
-using memdecay_options = memdecay_tools::catalogue_options;
-
-/// Wraps a catalogue entry's sequence behind the tools' one interface (tools/common/any_sequence.hpp).
-using kind_wrapper = memdecay_tools::erasing_wrapper<policy_kind>;
-
-/// MemDecay in one normalisation mode, always through policy_sequence<policies::memdecay>.
-inline policy_kind memdecay_kind(md::attention_normalization mode, const memdecay_options& m = {}) {
-  kind_wrapper wrap;
-  return memdecay_tools::memdecay_entry(mode, m, wrap);
-}
-
-/// Every policy memdecay-eval knows, in table order: the one catalogue memdecay-replay shares, the baselines with
-/// their sources' parameters (docs/policies.md).
-inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, const md::protection_config& = {}) {
-  return memdecay_tools::policy_catalogue(m, kind_wrapper{});
-}
-
-/// The ablations of MemDecay (name "memdecay-<mode>+<variant>"):
-///   prior-only      alpha 0: the region prior b_r exp(-lambda_r dt) alone (attention still refreshes the clock
-///                   above tau, but adds nothing to the score);
-///   attention-only  every region b_r = 1 and lambda_r = 0: the attention EWMA alone, regions ignored (pinning
-///                   kept, like every policy here);
-///   no-refresh      tau = 1e30: attention never resets a token's decay clock;
-///   recent-half     protection.recent_fraction = 0.5: the pages holding the last half of the budget's tokens
-///                   kept, as H2O keeps its recent window;
-///   page-max        a page scores its best token instead of the mean of its tokens.
-inline const std::vector<std::string>& ablation_variants() {
-  static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half", "page-max"};
-  return v;
-}
-
-inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
-                                     const memdecay_options& m = {}) {
-  memdecay_options o = m;
-  if (variant == "prior-only")
-    o.alpha = 0.0;
-  else if (variant == "no-refresh")
-    o.tau = 1e30;
-  else if (variant == "page-max")
-    o.memdecay_page_max = true;
-  else if (variant != "attention-only" && variant != "recent-half")
-    throw std::invalid_argument("unknown MemDecay ablation '" + variant + "'");
-  policy_kind k = memdecay_kind(mode, o);
-  k.name += "+" + variant;
-  k.description += "; ablation: " + variant;
-  auto make = k.make;
-  k.make = [make, variant](const md::config& base) {
-    md::config cfg = base;
-    if (variant == "attention-only") {
-      const md::region_table table = cfg.effective_regions();
-      for (const auto& r : table.params())
-        cfg.region_overrides.push_back({.region = r.name, .base_priority = 1.0, .decay_rate = 0.0});
-    }
-    if (variant == "recent-half") cfg.protection.recent_fraction = 0.5;
-    return make(cfg);
-  };
-  return k;
-}
-
-/// `kind` with no region pinned (name "<name>-unpinned"): a baseline as its source runs it, without knowing
-/// regions, so the system prompt competes like any other page. (Every policy otherwise runs under the same
-/// evictor with the same pinned regions.)
-inline policy_kind unpinned_variant(const policy_kind& kind) {
-  policy_kind k;
-  k.name = kind.name + "-unpinned";
-  k.description = kind.description + "; no region pinned";
-  auto make = kind.make;
-  k.make = [make](const md::config& base) {
-    md::config cfg = base;
-    const md::region_table table = cfg.effective_regions();
-    for (const auto& r : table.params())
-      if (r.pinned) cfg.region_overrides.push_back({.region = r.name, .pinned = false});
-    return make(cfg);
-  };
-  return k;
-}
-
-/// A policy at a page size: one row of the results.
-struct config_spec {
-  policy_kind kind;
-  std::size_t page_size = 16;
-  [[nodiscard]] std::string label() const { return kind.name + "/p" + std::to_string(page_size); }
-};
-
-// ------------------------------------------------------------------------------------------------------------
-// Settings, schedule, results
-// ------------------------------------------------------------------------------------------------------------
-
-/// What the test hook sees, in call order.
-enum class call_kind { policy_append, session_append, policy_observe, advance, select, commit, probe };
-struct call_event {
-  call_kind what;
-  std::size_t step;      ///< the step index (the clock before advance)
-  std::size_t value;     ///< tokens (appends, observe: the mass length), the new clock (advance), pages (select,
-                         ///< commit), tokens processed (probe)
-  std::size_t resident;  ///< the policy's resident tokens after the call
-};
-
-struct eval_settings {
-  std::vector<double> budgets{0.25, 0.5, 0.75};  ///< fractions of each episode's tokens
-  std::size_t prefill_chunk = 32;                ///< tokens per step in prefilled segments
-  md::protection_config protection{.sink_pages = 0, .recent_tokens = 16};
-  std::vector<md::region_override> region_overrides{};  ///< e.g. a calibration's fitted decay rates
-  bool fork = true;                    ///< start policy runs from the full cache at the first over-budget step
-  std::size_t max_new = 1;             ///< tokens decoded per probe (the first must be the answer)
-  std::size_t ceiling_page_size = 16;  ///< page size of the full-cache (ceiling) run
-  /// Test hook: every call of the unforked part of every policy run, in order (must be thread-safe when threads
-  /// > 1). Empty in memdecay-eval.
-  std::function<void(const std::string& config, double budget, const call_event&)> on_call{};
-};
-
-/// One step of an episode: tokens [first, first + count) of one region.
-struct step {
-  md::region_id region = 0;
-  std::uint32_t first = 0;
-  std::uint32_t count = 0;
-  [[nodiscard]] std::uint32_t end() const noexcept { return first + count; }
-};
-
-/// The steps of an episode and the probes asked after each.
-struct schedule {
-  std::vector<step> steps;
-  std::vector<std::vector<std::size_t>> probes_after;  ///< per step: indices into episode.probes
-};
-
-/// Cuts an episode into steps: `prefill_chunk` tokens of prefilled segments, one token of generated ones, never
-/// crossing a segment boundary or a probe's `at`.
-inline schedule make_schedule(const episode& ep, std::size_t prefill_chunk) {
-  if (prefill_chunk == 0) throw std::invalid_argument("prefill chunk must be at least 1 token");
-  schedule s;
-  std::size_t next_probe = 0;  // probes are sorted by `at`
-  for (const auto& seg : ep.segments) {
-    const std::uint32_t chunk = seg.generated ? 1u : static_cast<std::uint32_t>(prefill_chunk);
-    std::uint32_t pos = seg.first;
-    while (pos < seg.end()) {
-      std::uint32_t n = std::min(chunk, seg.end() - pos);
-      while (next_probe < ep.probes.size() && ep.probes[next_probe].at <= pos) ++next_probe;  // asked already
-      if (next_probe < ep.probes.size() && ep.probes[next_probe].at < pos + n) n = ep.probes[next_probe].at - pos;
-      s.steps.push_back({seg.id, pos, n});
-      std::vector<std::size_t> after;
-      for (std::size_t k = next_probe; k < ep.probes.size() && ep.probes[k].at == pos + n; ++k) after.push_back(k);
-      s.probes_after.push_back(std::move(after));
-      pos += n;
-    }
-  }
-  return s;
-}
-
-/// Probe counts of one region.
-struct region_counts {
-  std::uint64_t probes = 0;
-  std::uint64_t recalled = 0;  ///< the model answered correctly under this policy
-  std::uint64_t survived = 0;  ///< every token of the fact was resident when asked
-  std::uint64_t ceiling = 0;   ///< the full cache answered correctly (the same probes)
-  void add(const region_counts& o) noexcept {
-    probes += o.probes;
-    recalled += o.recalled;
-    survived += o.survived;
-    ceiling += o.ceiling;
-  }
-};
-
-/// One configuration (policy, page size, budget) over some episodes, or the full cache.
-struct run_result {
-  std::vector<region_counts> regions = std::vector<region_counts>(md::regions::default_count);
-  std::uint64_t episodes = 0, tokens = 0, steps = 0;
-  std::uint64_t budget_tokens = 0;  ///< sum over episodes of the token budget
-  std::uint64_t evicted_pages = 0, evicted_tokens = 0;
-  std::uint64_t over_budget_steps = 0;  ///< steps left above the budget because pinned/protected pages exceed it
-  std::uint64_t budget_violations = 0;  ///< steps above the budget without that reason (a bug: always 0)
-  std::uint64_t forked_steps = 0;       ///< steps taken from the full-cache run (fork)
-  std::uint64_t max_resident = 0;       ///< the most resident tokens after any step of any episode
-
-  void merge(const run_result& o) {
-    for (std::size_t r = 0; r < regions.size(); ++r) regions[r].add(o.regions[r]);
-    episodes += o.episodes;
-    tokens += o.tokens;
-    steps += o.steps;
-    budget_tokens += o.budget_tokens;
-    evicted_pages += o.evicted_pages;
-    evicted_tokens += o.evicted_tokens;
-    over_budget_steps += o.over_budget_steps;
-    budget_violations += o.budget_violations;
-    forked_steps += o.forked_steps;
-    max_resident = std::max(max_resident, o.max_resident);
-  }
-  [[nodiscard]] region_counts total() const noexcept {
-    region_counts t;
-    for (const auto& r : regions) t.add(r);
-    return t;
-  }
-  /// Probes of pinned (true) or unpinned (false) regions under `table`.
-  [[nodiscard]] region_counts by_pinned(const md::region_table& table, bool pinned) const {
-    region_counts t;
-    for (std::size_t r = 0; r < regions.size() && r < table.size(); ++r)
-      if (table.pinned(static_cast<md::region_id>(r)) == pinned) t.add(regions[r]);
-    return t;
-  }
-  friend bool operator==(const run_result& a, const run_result& b) {
-    if (a.regions.size() != b.regions.size()) return false;
-    for (std::size_t r = 0; r < a.regions.size(); ++r) {
-      const auto &x = a.regions[r], &y = b.regions[r];
-      if (x.probes != y.probes || x.recalled != y.recalled || x.survived != y.survived || x.ceiling != y.ceiling)
-        return false;
-    }
-    return a.episodes == b.episodes && a.tokens == b.tokens && a.steps == b.steps &&
-           a.budget_tokens == b.budget_tokens && a.evicted_pages == b.evicted_pages &&
-           a.evicted_tokens == b.evicted_tokens && a.over_budget_steps == b.over_budget_steps &&
-           a.budget_violations == b.budget_violations && a.max_resident == b.max_resident;
-  }
-};
-
-/// An episode's token budget under a fraction: floor(fraction x its tokens).
-[[nodiscard]] inline std::uint64_t budget_of(double fraction, std::size_t episode_tokens) {
-  return static_cast<std::uint64_t>(std::floor(fraction * static_cast<double>(episode_tokens)));
-}
-
-/// The memdecay config of one run.
-inline md::config run_config(const eval_settings& s, std::size_t page_size, std::uint64_t budget) {
-  md::config cfg;
-  cfg.page_size = page_size;
-  cfg.protection = s.protection;
-  cfg.region_overrides = s.region_overrides;
-  cfg.budget = md::budget_config::tokens(static_cast<double>(budget));
-  return cfg;
-}
-
-/// Sums per-layer rows into one per-token row, checking the shape the engine returned.
-inline void sum_layers(const std::vector<std::vector<float>>& layer_mass, std::size_t expected,
-                       std::vector<float>& out) {
-  if (layer_mass.empty()) throw std::runtime_error("the session returned no attention rows");
-  out.assign(expected, 0.0f);
-  for (std::size_t l = 0; l < layer_mass.size(); ++l) {
-    if (layer_mass[l].size() != expected)
-      throw std::runtime_error("the session's layer " + std::to_string(l) + " attention row has " +
-                               std::to_string(layer_mass[l].size()) + " entries, the policy has " +
-                               std::to_string(expected) + " resident tokens");
-    for (std::size_t i = 0; i < expected; ++i) out[i] += layer_mass[l][i];
-  }
-}
+using memdecay_tools::parallel_for;
 
 /// The results of one episode: the full cache, and one per config x budget (index config * budgets + budget).
 struct episode_outcome {
@@ -583,41 +302,6 @@ episode_outcome evaluate_episode(const episode& ep, const episode_vocab& vocab, 
       if (progress) progress();
     }
   return out;
-}
-
-/// Runs fn(0..count-1) on `threads` threads (items are taken in order; the first exception, by item index, is
-/// rethrown after every thread has stopped).
-inline void parallel_for(std::size_t count, std::size_t threads, const std::function<void(std::size_t)>& fn) {
-  threads = std::max<std::size_t>(1, std::min(threads, count));
-  if (threads == 1) {
-    for (std::size_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex m;
-  std::size_t failed_at = count;
-  std::exception_ptr error;
-  auto worker = [&] {
-    for (;;) {
-      const std::size_t i = next.fetch_add(1);
-      if (i >= count || failed.load()) return;
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard lock(m);
-        if (i < failed_at) {
-          failed_at = i;
-          error = std::current_exception();
-        }
-        failed.store(true);
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
 }
 
 /// One model x tier to evaluate.

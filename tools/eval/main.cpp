@@ -29,7 +29,7 @@
 
 #include "../common/progress_bar.hpp"
 #include "../common/svg_plot.hpp"
-#include "engine/tiny_lm.hpp"
+#include "engine/kv_session.hpp"
 #include "episodes.hpp"
 #include "bootstrap.hpp"
 #include "harness.hpp"

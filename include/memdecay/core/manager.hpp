@@ -477,7 +477,28 @@ class basic_manager {
                                                                      IdMap table_id) {
     for (const auto& [id, p] : plan.plans) check_commit(id, p, table, table_id_of<Table>(table_id, id));
     std::map<SequenceId, page_removal<typename Table::page_id>> removals;
-    for (const auto& [id, p] : plan.plans) removals.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
+    if constexpr (batch_page_table<Table>) {
+      // One call for the whole batch (a CSR then moves its entries once, not once per sequence), then the states.
+      std::vector<sequence_pages<typename Table::sequence_id>> batch;
+      std::vector<std::vector<std::uint64_t>> evicted;
+      batch.reserve(plan.plans.size());
+      evicted.reserve(plan.plans.size());
+      for (const auto& [id, p] : plan.plans) {
+        batch.push_back({table_id_of<Table>(table_id, id), p.pages});
+        evicted.push_back(evicted_origins(find_entry(id, "commit")->second, p.pages));
+      }
+      auto done = table.remove_pages_of(batch);  // may throw; nothing has changed yet
+      std::size_t k = 0;
+      for (const auto& [id, p] : plan.plans) {
+        auto& e = find_entry(id, "commit")->second;
+        e.seq->remove(p.pages);
+        forget(e, evicted[k]);
+        removals.emplace(id, std::move(done[k++]));
+      }
+    } else {
+      for (const auto& [id, p] : plan.plans)
+        removals.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
+    }
     return removals;
   }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
@@ -658,7 +679,9 @@ class basic_manager {
     check_commit(id, plan);
     const auto& seq = *find_entry(id, "commit")->second.seq;
     detail::check_page_table(table, tid, seq.page_size(), seq.num_pages(), "commit: sequence " + detail::to_text(id));
-    if constexpr (checked_page_table<Table>) table.check_remove_pages(tid, plan.pages);
+    // A batch table checks the whole batch once (commit(global plan)); one check per sequence would validate it
+    // once per sequence.
+    if constexpr (checked_page_table<Table> && !batch_page_table<Table>) table.check_remove_pages(tid, plan.pages);
   }
 
   template <class Table>

@@ -90,13 +90,19 @@ class flashinfer_csr {
   }
 
   /// Throws input_error naming the first inconsistency of the arrays; returns when they are a valid CSR.
+  /// O(nnz log(longest request)).
   void validate() const {
+    validate_shape();
+    for (std::size_t r = 0; r < batch_size(); ++r) validate_request(r);
+  }
+  /// The O(batch) part of validate(): indptr's length, start, monotonicity and end, at least one page per
+  /// request, and every last_page_len in range. Every request's extent is then inside `indices`.
+  void validate_shape() const {
     if (indptr_.size() != last_page_len_.size() + 1)
       detail::raise_input("flashinfer_csr: indptr has " + detail::to_text(indptr_.size()) +
                           " entries, expected batch + 1 = " + detail::to_text(last_page_len_.size() + 1));
     if (indptr_[0] != 0)
       detail::raise_input("flashinfer_csr: indptr[0] = " + detail::to_text(indptr_[0]) + " (must be 0)");
-    std::size_t longest = 0;
     for (std::size_t r = 0; r < batch_size(); ++r) {
       if (indptr_[r + 1] < indptr_[r])
         detail::raise_input("flashinfer_csr: indptr is not monotone (indptr[" + detail::to_text(r + 1) +
@@ -109,30 +115,52 @@ class flashinfer_csr {
         detail::raise_input("flashinfer_csr: last_page_len[" + detail::to_text(r) +
                             "] = " + detail::to_text(last_page_len_[r]) + " (must be in [1, " +
                             detail::to_text(page_size_) + "])");
-      longest = std::max(longest, static_cast<std::size_t>(indptr_[r + 1] - indptr_[r]));
     }
     if (static_cast<std::size_t>(indptr_.back()) > indices_.size())
       detail::raise_input("flashinfer_csr: indptr[batch] = " + detail::to_text(indptr_.back()) + " but indices holds " +
                           detail::to_text(indices_.size()) + " entries");
-    std::vector<std::int32_t> sorted;
-    sorted.reserve(longest);
-    for (std::size_t r = 0; r < batch_size(); ++r) {
-      sorted.assign(indices_.begin() + indptr_[r], indices_.begin() + indptr_[r + 1]);
-      for (std::size_t k = 0; k < sorted.size(); ++k)
-        if (sorted[k] < 0 || static_cast<std::size_t>(sorted[k]) >= num_pool_pages_)
-          detail::raise_input("flashinfer_csr: indices[" + detail::to_text(static_cast<std::size_t>(indptr_[r]) + k) +
-                              "] = " + detail::to_text(sorted[k]) + " is not a page of the pool (" +
-                              detail::to_text(num_pool_pages_) + " pages)");
-      std::sort(sorted.begin(), sorted.end());
-      if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
-        detail::raise_input("flashinfer_csr: request " + detail::to_text(r) + " lists page " + detail::to_text(*dup) +
-                            " twice");
-    }
+  }
+  /// The per-request part of validate() (after validate_shape()): request r's entries are pages of the pool and
+  /// none is listed twice. O(its pages x log).
+  void validate_request(sequence_id r) const {
+    std::vector<std::int32_t> sorted(indices_.begin() + indptr_[r], indices_.begin() + indptr_[r + 1]);
+    for (std::size_t k = 0; k < sorted.size(); ++k)
+      if (sorted[k] < 0 || static_cast<std::size_t>(sorted[k]) >= num_pool_pages_)
+        detail::raise_input("flashinfer_csr: indices[" + detail::to_text(static_cast<std::size_t>(indptr_[r]) + k) +
+                            "] = " + detail::to_text(sorted[k]) + " is not a page of the pool (" +
+                            detail::to_text(num_pool_pages_) + " pages)");
+    std::sort(sorted.begin(), sorted.end());
+    if (auto dup = std::adjacent_find(sorted.begin(), sorted.end()); dup != sorted.end())
+      detail::raise_input("flashinfer_csr: request " + detail::to_text(r) + " lists page " + detail::to_text(*dup) +
+                          " twice");
   }
 
-  /// Throws what remove_pages(r, pages) would throw, changing nothing.
+  /// Throws what remove_pages(r, pages) would throw, changing nothing. Validates the whole batch (the removal
+  /// moves every later request's entries, so it costs O(nnz) anyway).
   void check_remove_pages(sequence_id r, std::span<const std::size_t> pages) const {
     validate();
+    check_page_list_of(r, pages);
+  }
+
+  /// Throws what remove_pages_of(batch) would throw, changing nothing: input_error for inconsistent arrays (the
+  /// batch is validated once, O(nnz)), usage_error for a request named twice or for what check_remove_pages
+  /// rejects in any request's page list.
+  void check_remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) const {
+    validate();
+    std::vector<sequence_id> seen;
+    seen.reserve(batch.size());
+    for (const auto& b : batch) {
+      check_page_list_of(b.seq, b.pages);
+      seen.push_back(b.seq);
+    }
+    std::sort(seen.begin(), seen.end());
+    if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end())
+      detail::raise_usage("remove_pages_of: request " + detail::to_text(*dup) + " is named twice");
+  }
+
+ private:
+  // The page-list rules of a removal from request r of valid arrays.
+  void check_page_list_of(sequence_id r, std::span<const std::size_t> pages) const {
     const std::size_t n = num_pages(r);
     check_page_list(pages, n);
     if (!pages.empty() && pages.size() == n)
@@ -143,6 +171,7 @@ class flashinfer_csr {
                           " is the partial last page");
   }
 
+ public:
   /// Removes the strictly ascending logical pages of request r: compacts `indices`, lowers the later `indptr`
   /// entries, keeps `last_page_len`. Returns the removed page ids in logical order and their slots; freed is
   /// nullopt: the engine's allocator frees a page only when no other holder is left (ref_count()). Throws,
@@ -161,6 +190,43 @@ class flashinfer_csr {
               indices_.begin() + static_cast<std::ptrdiff_t>(total),
               indices_.begin() + static_cast<std::ptrdiff_t>(end - k));
     for (std::size_t j = r + 1; j < indptr_.size(); ++j) indptr_[j] -= static_cast<std::int32_t>(k);
+    return out;
+  }
+
+  /// Removes the pages of several requests in one pass over `indices` (O(nnz + batch) after the checks), where
+  /// one remove_pages per request moves every later entry each time (O(requests x nnz)). The result is what
+  /// remove_pages would return for each entry, in the batch's order, and the arrays end exactly as those calls in
+  /// any order would leave them. Throws, writing nothing, when check_remove_pages_of() does.
+  std::vector<page_removal<page_id>> remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) {
+    check_remove_pages_of(batch);
+    std::vector<page_removal<page_id>> out(batch.size());
+    std::vector<std::span<const std::size_t>> removed_of(batch_size());  // per request: its pages to remove
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      const auto& entry = batch[b];
+      const std::size_t begin = static_cast<std::size_t>(indptr_[entry.seq]);
+      out[b].removed.reserve(entry.pages.size());
+      for (std::size_t p : entry.pages) out[b].removed.push_back(indices_[begin + p]);
+      out[b].slots = block_slots(std::span<const page_id>(out[b].removed), page_size_);
+      removed_of[entry.seq] = entry.pages;
+    }
+    // One forward pass: entries only move down, so each is read before anything overwrites it.
+    std::size_t write = 0;
+    std::int32_t dropped = 0;
+    for (std::size_t r = 0; r < batch_size(); ++r) {
+      const std::size_t begin = static_cast<std::size_t>(indptr_[r]), end = static_cast<std::size_t>(indptr_[r + 1]);
+      const auto pages = removed_of[r];
+      std::size_t next = 0;
+      for (std::size_t i = begin; i < end; ++i) {
+        if (next < pages.size() && pages[next] == i - begin) {
+          ++next;
+          continue;
+        }
+        indices_[write++] = indices_[i];
+      }
+      indptr_[r] -= dropped;
+      dropped += static_cast<std::int32_t>(pages.size());
+    }
+    indptr_.back() -= dropped;
     return out;
   }
 
@@ -188,6 +254,7 @@ class flashinfer_csr {
 static_assert(page_table<flashinfer_csr>);
 static_assert(checked_page_table<flashinfer_csr>);
 static_assert(shared_page_table<flashinfer_csr>);
+static_assert(batch_page_table<flashinfer_csr>);
 
 }  // namespace memdecay
 

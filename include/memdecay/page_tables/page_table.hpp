@@ -55,6 +55,13 @@ struct page_removal {
   friend bool operator==(const page_removal&, const page_removal&) = default;
 };
 
+/// One sequence's pages in a batch removal (batch_page_table).
+template <class SequenceId>
+struct sequence_pages {
+  SequenceId seq;
+  std::span<const std::size_t> pages;  ///< strictly ascending logical pages
+};
+
 /// Sorts `slots` and merges them into ascending half-open ranges.
 inline std::vector<slot_range> merge_slots(std::vector<std::int64_t> slots) {
   std::sort(slots.begin(), slots.end());
@@ -124,6 +131,17 @@ concept shared_page_table = page_table<T> && requires(const T& table, const type
 template <class T>
 concept bulk_counted_page_table = shared_page_table<T> && requires(const T& table) {
   { table.ref_counts() } -> std::convertible_to<std::vector<std::size_t>>;
+};
+
+/// A checked_page_table that removes the pages of many sequences in one call, cheaper than one call each (a CSR
+/// moves every later entry on each removal). remove_pages_of(batch) returns what remove_pages would for each entry,
+/// in order; check_remove_pages_of(batch) throws what it would throw, changing nothing. The manager's batch commit
+/// uses it.
+template <class T>
+concept batch_page_table = checked_page_table<T> &&
+    requires(T& table, const T& const_table, std::span<const sequence_pages<typename T::sequence_id>> batch) {
+  { table.remove_pages_of(batch) } -> std::same_as<std::vector<page_removal<typename T::page_id>>>;
+  {const_table.check_remove_pages_of(batch)};
 };
 
 /// Throws usage_error unless `pages` are strictly ascending logical indices below `num_pages`. Every table in
