@@ -36,8 +36,8 @@
 // episode are correlated) on log half-life, with Student's t. A region is calibrated only with enough samples,
 // enough episodes, a decay inside [min_half_life, max_half_life] and a bounded, narrow enough interval; otherwise
 // it is reported uncalibrated, with the reason, and keeps its default decay rate.
-#ifndef MEMDECAY_CALIBRATION_HPP
-#define MEMDECAY_CALIBRATION_HPP
+#ifndef MEMDECAY_CALIBRATION_CALIBRATION_HPP
+#define MEMDECAY_CALIBRATION_CALIBRATION_HPP
 
 #include <algorithm>
 #include <array>
@@ -970,4 +970,4 @@ inline std::optional<std::string> calibration::check() const {
 
 }  // namespace memdecay::calibration
 
-#endif  // MEMDECAY_CALIBRATION_HPP
+#endif  // MEMDECAY_CALIBRATION_CALIBRATION_HPP

@@ -8,8 +8,8 @@
 //   * matrices   : heads x tokens, or layers x (heads x tokens), reduced here with Eigen by sum or mean.
 // Masses must be finite and >= 0. Validation happens before anything changes, and the error names the index of
 // the first bad value.
-#ifndef MEMDECAY_ATTENTION_HPP
-#define MEMDECAY_ATTENTION_HPP
+#ifndef MEMDECAY_CORE_ATTENTION_HPP
+#define MEMDECAY_CORE_ATTENTION_HPP
 
 #include <Eigen/Core>
 #include <cmath>
@@ -138,4 +138,4 @@ template <std::ranges::forward_range Layers>
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_ATTENTION_HPP
+#endif  // MEMDECAY_CORE_ATTENTION_HPP

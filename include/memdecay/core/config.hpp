@@ -11,8 +11,8 @@
 //
 // validate() throws config_error naming the field and the value; every class that takes a config calls it on
 // construction, so an invalid config never reaches the hot path.
-#ifndef MEMDECAY_CONFIG_HPP
-#define MEMDECAY_CONFIG_HPP
+#ifndef MEMDECAY_CORE_CONFIG_HPP
+#define MEMDECAY_CORE_CONFIG_HPP
 
 #include <bit>
 #include <cmath>
@@ -206,4 +206,4 @@ struct config {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_CONFIG_HPP
+#endif  // MEMDECAY_CORE_CONFIG_HPP

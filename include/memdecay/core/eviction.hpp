@@ -6,8 +6,8 @@
 // the result is a pure function of the state and identical on every tensor-parallel rank. A page is not eligible
 // when it holds any token of a pinned region, is one of the sink pages, holds one of the most recent tokens, is
 // the partial last page, or was protected by the caller.
-#ifndef MEMDECAY_EVICTION_HPP
-#define MEMDECAY_EVICTION_HPP
+#ifndef MEMDECAY_CORE_EVICTION_HPP
+#define MEMDECAY_CORE_EVICTION_HPP
 
 #include <algorithm>
 #include <array>
@@ -134,4 +134,4 @@ struct eviction_plan {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_EVICTION_HPP
+#endif  // MEMDECAY_CORE_EVICTION_HPP

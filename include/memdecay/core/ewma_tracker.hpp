@@ -12,8 +12,8 @@
 // rank of a tensor-parallel group and the SIMD kernels (which use the isa's FMA instruction) compute the same
 // value. On a target compiled without FMA instructions std::fma is a libm call (exact, slower): the sequences
 // then run this loop, not the fused kernels (simd::fused_observation_exact).
-#ifndef MEMDECAY_EWMA_TRACKER_HPP
-#define MEMDECAY_EWMA_TRACKER_HPP
+#ifndef MEMDECAY_CORE_EWMA_TRACKER_HPP
+#define MEMDECAY_CORE_EWMA_TRACKER_HPP
 
 #include <cmath>
 #include <concepts>
@@ -58,4 +58,4 @@ std::size_t observe_tokens_reference(std::span<Float> ewma, std::span<step_t> la
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_EWMA_TRACKER_HPP
+#endif  // MEMDECAY_CORE_EWMA_TRACKER_HPP

@@ -39,8 +39,8 @@
 //
 // Prefix cache. prefix_cache_boundary(id) is the sequence's first evicted original page: the engine must not hash
 // or reuse blocks at or after it, because their K/V were computed with context that is gone.
-#ifndef MEMDECAY_MANAGER_HPP
-#define MEMDECAY_MANAGER_HPP
+#ifndef MEMDECAY_CORE_MANAGER_HPP
+#define MEMDECAY_CORE_MANAGER_HPP
 
 #include <algorithm>
 #include <bit>
@@ -738,4 +738,4 @@ using manager = basic_manager<sequence, std::uint64_t>;
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_MANAGER_HPP
+#endif  // MEMDECAY_CORE_MANAGER_HPP

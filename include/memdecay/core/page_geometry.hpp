@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay: the page size, as a compile-time constant (the hot path divides by a shift the compiler knows) or
 // chosen at run time (page_geometry<dynamic_page_size>).
-#ifndef MEMDECAY_PAGE_GEOMETRY_HPP
-#define MEMDECAY_PAGE_GEOMETRY_HPP
+#ifndef MEMDECAY_CORE_PAGE_GEOMETRY_HPP
+#define MEMDECAY_CORE_PAGE_GEOMETRY_HPP
 
 #include <bit>
 #include <cstddef>
@@ -58,4 +58,4 @@ class page_geometry<dynamic_page_size> {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_PAGE_GEOMETRY_HPP
+#endif  // MEMDECAY_CORE_PAGE_GEOMETRY_HPP

@@ -35,8 +35,8 @@
 // A policy with no per-token state (random, streaming_llm) derives its hooks from stateless_hooks.
 // Policies never see K/V memory, never read a wall clock, and draw randomness only from a seeded counter-based
 // hash, so decisions are a pure function of the calls.
-#ifndef MEMDECAY_POLICY_HPP
-#define MEMDECAY_POLICY_HPP
+#ifndef MEMDECAY_CORE_POLICY_HPP
+#define MEMDECAY_CORE_POLICY_HPP
 
 #include <cmath>
 #include <concepts>
@@ -173,4 +173,4 @@ void check_sum_stays_finite(std::span<const Float> acc, std::span<const Float> m
 }  // namespace policy_support
 }  // namespace memdecay
 
-#endif  // MEMDECAY_POLICY_HPP
+#endif  // MEMDECAY_CORE_POLICY_HPP

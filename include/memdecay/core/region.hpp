@@ -5,8 +5,8 @@
 // call, a tool's output, a retrieved document, scratchpad reasoning). Regions differ in how long the model keeps
 // attending to them, so each has its own base priority b_r, its own decay rate lambda_r and a pinned flag.
 // Ids are std::uint8_t: a token's label costs one byte and a page's regions fit one cache line.
-#ifndef MEMDECAY_REGION_HPP
-#define MEMDECAY_REGION_HPP
+#ifndef MEMDECAY_CORE_REGION_HPP
+#define MEMDECAY_CORE_REGION_HPP
 
 #include <cmath>
 #include <concepts>
@@ -197,4 +197,4 @@ inline region_table default_region_table() {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_REGION_HPP
+#endif  // MEMDECAY_CORE_REGION_HPP

@@ -11,8 +11,8 @@
 //
 // A page scores the mean of its resident tokens' scores. This file is the readable specification: every fast
 // path (the SIMD scorer) is tested against these functions, so they favour clarity over speed.
-#ifndef MEMDECAY_RETENTION_SCORE_HPP
-#define MEMDECAY_RETENTION_SCORE_HPP
+#ifndef MEMDECAY_CORE_RETENTION_SCORE_HPP
+#define MEMDECAY_CORE_RETENTION_SCORE_HPP
 
 #include <cmath>
 #include <concepts>
@@ -58,4 +58,4 @@ template <std::floating_point Float, region_table_like Regions>
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_RETENTION_SCORE_HPP
+#endif  // MEMDECAY_CORE_RETENTION_SCORE_HPP

@@ -17,8 +17,8 @@
 // the page-table checks and the error tiers are this class's, the same for every policy (their rules live in
 // detail/sequence_rules.hpp, which the manager and the exports share). Every call validates its input first and
 // either fully applies or throws and changes nothing.
-#ifndef MEMDECAY_SEQUENCE_HPP
-#define MEMDECAY_SEQUENCE_HPP
+#ifndef MEMDECAY_CORE_SEQUENCE_HPP
+#define MEMDECAY_CORE_SEQUENCE_HPP
 
 #include <concepts>
 #include <cstddef>
@@ -341,4 +341,4 @@ using policy_sequence = basic_sequence<Policy, float, dynamic_page_size>;
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_SEQUENCE_HPP
+#endif  // MEMDECAY_CORE_SEQUENCE_HPP

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay: what the manager and the exports need from a sequence. basic_sequence<Policy, Float, PageSize>
 // models it for every policy, so one manager and one set of exports serve MemDecay and every baseline.
-#ifndef MEMDECAY_SEQUENCE_LIKE_HPP
-#define MEMDECAY_SEQUENCE_LIKE_HPP
+#ifndef MEMDECAY_CORE_SEQUENCE_LIKE_HPP
+#define MEMDECAY_CORE_SEQUENCE_LIKE_HPP
 
 #include <concepts>
 #include <cstddef>
@@ -52,4 +52,4 @@ concept sequence_like = std::floating_point<typename S::float_type> && std::copy
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_SEQUENCE_LIKE_HPP
+#endif  // MEMDECAY_CORE_SEQUENCE_LIKE_HPP

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay: the checks and budget arithmetic every sequence type shares (basic_sequence, basic_manager, the exports), so
 // that their rules and error messages cannot drift apart. Each check throws before anything changes.
-#ifndef MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
-#define MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
+#ifndef MEMDECAY_CORE_SEQUENCE_RULES_HPP
+#define MEMDECAY_CORE_SEQUENCE_RULES_HPP
 
 #include <cmath>
 #include <concepts>
@@ -166,4 +166,4 @@ void check_page_table(const Table& table, const typename Table::sequence_id& seq
 
 }  // namespace memdecay::detail
 
-#endif  // MEMDECAY_DETAIL_SEQUENCE_RULES_HPP
+#endif  // MEMDECAY_CORE_SEQUENCE_RULES_HPP

@@ -9,8 +9,8 @@
 // This class keeps the invariants of the layout (pages are full except the last; only whole pages leave) and
 // validates what it can check alone. Region ids and attention are validated by basic_sequence, which knows the
 // region table and the config.
-#ifndef MEMDECAY_SEQUENCE_STATE_HPP
-#define MEMDECAY_SEQUENCE_STATE_HPP
+#ifndef MEMDECAY_CORE_SEQUENCE_STATE_HPP
+#define MEMDECAY_CORE_SEQUENCE_STATE_HPP
 
 #include <algorithm>
 #include <concepts>
@@ -200,4 +200,4 @@ class sequence_state {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_SEQUENCE_STATE_HPP
+#endif  // MEMDECAY_CORE_SEQUENCE_STATE_HPP

@@ -11,8 +11,8 @@
 // keeps the same two columns itself. Kernels, tests and benchmarks use this one to drive the kernels without an
 // evictor. Per resident token: its region (1 byte, in the layout), the step it was last refreshed (4 bytes) and
 // the EWMA of the attention it received (sizeof(Float)).
-#ifndef MEMDECAY_TOKEN_STATE_HPP
-#define MEMDECAY_TOKEN_STATE_HPP
+#ifndef MEMDECAY_CORE_TOKEN_STATE_HPP
+#define MEMDECAY_CORE_TOKEN_STATE_HPP
 
 #include <concepts>
 #include <cstddef>
@@ -87,4 +87,4 @@ class token_state : public sequence_state<PageSize> {
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_TOKEN_STATE_HPP
+#endif  // MEMDECAY_CORE_TOKEN_STATE_HPP

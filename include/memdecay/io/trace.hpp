@@ -15,8 +15,8 @@
 //   auto file = memdecay::trace::read_file("tier-450.mdtrace");   // trace_error on any malformed byte
 //   memdecay::trace::write_file("copy.mdtrace", file);             // validates before writing
 //   auto r = memdecay::trace::parse(bytes);                        // non-throwing: r.file or r.error
-#ifndef MEMDECAY_TRACE_HPP
-#define MEMDECAY_TRACE_HPP
+#ifndef MEMDECAY_IO_TRACE_HPP
+#define MEMDECAY_IO_TRACE_HPP
 
 #include <algorithm>
 #include <bit>
@@ -716,4 +716,4 @@ inline void write_file(const std::filesystem::path& path, const trace_file& f) {
 
 }  // namespace memdecay::trace
 
-#endif  // MEMDECAY_TRACE_HPP
+#endif  // MEMDECAY_IO_TRACE_HPP

@@ -28,8 +28,8 @@
 // a re-reference: ref_j := t for its tokens, so their excess restarts at full strength. Layer l of L has
 // g_l = 0.5 + l / (L - 1) and s_l = 1.5 - l / (L - 1) (early layers sink-heavy, late layers region-heavy); with
 // one layer g = s = 1. Every row sums to 1.
-#ifndef MEMDECAY_TRACE_GENERATOR_HPP
-#define MEMDECAY_TRACE_GENERATOR_HPP
+#ifndef MEMDECAY_IO_TRACE_GENERATOR_HPP
+#define MEMDECAY_IO_TRACE_GENERATOR_HPP
 
 #include <algorithm>
 #include <array>
@@ -454,4 +454,4 @@ inline std::vector<trace_file> generate_protocol(std::uint64_t seed = 1, std::si
 
 }  // namespace memdecay::trace
 
-#endif  // MEMDECAY_TRACE_GENERATOR_HPP
+#endif  // MEMDECAY_IO_TRACE_GENERATOR_HPP

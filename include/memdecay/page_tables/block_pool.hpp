@@ -9,8 +9,8 @@
 //   - Blocks are reference counted: share_prefix() lets a new sequence start from another's full pages (prefix
 //     caching, parallel sampling), and a shared block returns to the free list only when its last holder drops
 //     it. remove_pages() therefore says which blocks it actually freed.
-#ifndef MEMDECAY_BLOCK_POOL_HPP
-#define MEMDECAY_BLOCK_POOL_HPP
+#ifndef MEMDECAY_PAGE_TABLES_BLOCK_POOL_HPP
+#define MEMDECAY_PAGE_TABLES_BLOCK_POOL_HPP
 
 #include <algorithm>
 #include <bit>
@@ -241,4 +241,4 @@ static_assert(shared_page_table<block_pool<>>);
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_BLOCK_POOL_HPP
+#endif  // MEMDECAY_PAGE_TABLES_BLOCK_POOL_HPP

@@ -15,8 +15,8 @@
 // Error tiers (detail/error.hpp): an index list that is out of range, unsorted or repeated, or a sequence the
 // table does not hold, is a usage_error (the caller misused the plan); arrays that contradict themselves (a
 // non-monotone indptr, a page id outside the pool) are an input_error. Either way the table is unchanged.
-#ifndef MEMDECAY_PAGE_TABLE_HPP
-#define MEMDECAY_PAGE_TABLE_HPP
+#ifndef MEMDECAY_PAGE_TABLES_PAGE_TABLE_HPP
+#define MEMDECAY_PAGE_TABLES_PAGE_TABLE_HPP
 
 #include <algorithm>
 #include <concepts>
@@ -180,4 +180,4 @@ std::size_t compact_pages(std::span<T> entries, std::size_t stride, std::span<co
 
 }  // namespace memdecay
 
-#endif  // MEMDECAY_PAGE_TABLE_HPP
+#endif  // MEMDECAY_PAGE_TABLES_PAGE_TABLE_HPP
