@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay's Python module (_memdecay): what the binding files share. Each bind_* function adds one concern to
+// the module (errors, configuration, page tables, sequences, the manager, exports).
+//
+// Arrays cross the boundary without copies where the C++ API takes a span: an adapter keeps the caller's NumPy
+// arrays alive and edits them in place, and attention is read straight from a float32 buffer (NumPy, or anything
+// numpy.asarray views without a copy: a PyTorch CPU tensor, an object with __array__ or the buffer protocol). A
+// wrong dtype, shape, stride or a read-only array is a ValueError that names the argument.
+#ifndef MEMDECAY_PYTHON_BINDINGS_HPP
+#define MEMDECAY_PYTHON_BINDINGS_HPP
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <memdecay/core/config.hpp>
+#include <memdecay/core/region.hpp>
+#include <memdecay/detail/error.hpp>
+
+namespace memdecay_python {
+
+namespace py = pybind11;
+
+void bind_errors(py::module_& m);
+void bind_config(py::module_& m);
+void bind_tables(py::module_& m);
+void bind_sequence(py::module_& m);
+void bind_manager(py::module_& m);
+void bind_exports(py::module_& m);
+
+/// A ValueError naming the argument.
+[[noreturn]] inline void raise_argument(const std::string& name, const std::string& what) {
+  throw py::value_error(name + ": " + what);
+}
+
+/// The dtype's name as NumPy prints it.
+inline std::string dtype_name(const py::array& a) { return py::str(a.dtype()).cast<std::string>(); }
+
+/// `obj` as a C-contiguous NumPy array of T with `ndim` dimensions, viewing the caller's memory (no copy):
+/// ValueError naming `name` otherwise. `writable`: the array must be writeable (the adapters edit it in place).
+template <class T>
+py::array_t<T> exact_array(const py::handle& obj, const char* name, py::ssize_t ndim, bool writable) {
+  if (!py::isinstance<py::array>(obj))
+    raise_argument(name, "expected a numpy.ndarray of " + py::str(py::dtype::of<T>()).cast<std::string>() + ", got " +
+                             py::str(py::type::handle_of(obj)).cast<std::string>());
+  auto a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<T>()))
+    raise_argument(name, "dtype " + dtype_name(a) + ", expected " + py::str(py::dtype::of<T>()).cast<std::string>() +
+                             " (the engine's own arrays are edited in place, so no conversion is made)");
+  if (a.ndim() != ndim)
+    raise_argument(name, std::to_string(a.ndim()) + " dimensions, expected " + std::to_string(ndim));
+  if (!(a.flags() & py::array::c_style)) raise_argument(name, "not C-contiguous (a strided view cannot be edited)");
+  if (writable && !a.writeable()) raise_argument(name, "read-only (the adapter writes into it)");
+  return py::reinterpret_borrow<py::array_t<T>>(a);
+}
+
+/// Attention mass: a C-contiguous float32 array of `ndim` dimensions viewed in place; a float64 one is converted
+/// once to float32 (the sequence's score type), any other dtype or layout is a ValueError naming `name`. Accepts
+/// what numpy.asarray accepts without copying (PyTorch CPU tensors, __array__, the buffer protocol).
+inline py::array_t<float> mass_array(const py::handle& obj, const char* name, py::ssize_t ndim) {
+  py::array a = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)
+                                               : py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+  if (a.ndim() != ndim)
+    raise_argument(name, std::to_string(a.ndim()) + " dimensions, expected " + std::to_string(ndim));
+  if (!(a.flags() & py::array::c_style)) raise_argument(name, "not C-contiguous (pass numpy.ascontiguousarray(x))");
+  if (a.dtype().is(py::dtype::of<float>())) return py::reinterpret_borrow<py::array_t<float>>(a);
+  if (a.dtype().is(py::dtype::of<double>())) return py::array_t<float>(a);  // the one documented copy
+  raise_argument(name, "dtype " + dtype_name(a) + ", expected float32 (or float64, converted)");
+}
+
+/// A region given by id or by name, resolved in `table` (input_error for an unknown name or id).
+inline memdecay::region_id region_of(const py::handle& region, const memdecay::region_table& table) {
+  if (py::isinstance<py::str>(region)) {
+    const auto name = region.cast<std::string>();
+    if (auto id = table.find(name)) return *id;
+    std::string known;
+    for (const auto& p : table.params()) known += (known.empty() ? "" : " ") + p.name;
+    throw memdecay::input_error("unknown region name '" + name + "' (known: " + known + ")");
+  }
+  const auto id = region.cast<long long>();
+  if (id < 0 || id > 255) raise_argument("region", "id " + std::to_string(id) + " is not a region id (0..255)");
+  const auto r = static_cast<memdecay::region_id>(id);
+  (void)table.at(r);
+  return r;
+}
+
+/// A list of page indices from any sequence of ints (a list, a NumPy array...).
+inline std::vector<std::size_t> page_list(const py::handle& pages) {
+  if (pages.is_none()) return {};
+  return pages.cast<std::vector<std::size_t>>();
+}
+
+/// A std::vector as a new NumPy array (a copy: the library owns its state).
+template <class T>
+py::array_t<T> to_numpy(const std::vector<T>& v) {
+  py::array_t<T> out(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
+}  // namespace memdecay_python
+
+#endif  // MEMDECAY_PYTHON_BINDINGS_HPP

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+// Manager: many sequences of one policy under per-sequence and global budgets, fork, per-step protections and the
+// deterministic global selection; GlobalPlan. A table indexed by batch row takes an explicit id map (a dict or a
+// callable from the manager's id to the row), or "identity" when the ids are the table's (the block pool).
+#include <map>
+
+#include <memdecay/core/manager.hpp>
+
+#include "sequence.hpp"
+
+namespace memdecay_python {
+
+namespace {
+
+using global_plan = md::global_eviction_plan<float, std::uint64_t>;
+using id_map = std::function<std::size_t(std::uint64_t)>;
+using removals = std::map<std::uint64_t, md::page_removal<std::int32_t>>;
+
+class manager_handle {
+ public:
+  virtual ~manager_handle() = default;
+  [[nodiscard]] virtual std::string policy() const = 0;
+  virtual std::shared_ptr<sequence_handle> open(std::uint64_t id, const md::config& cfg, const py::dict& params) = 0;
+  virtual std::shared_ptr<sequence_handle> fork(std::uint64_t parent, std::uint64_t child, pool_type* pool) = 0;
+  virtual void close(std::uint64_t id) = 0;
+  [[nodiscard]] virtual std::shared_ptr<sequence_handle> at(std::uint64_t id) = 0;
+  [[nodiscard]] virtual bool contains(std::uint64_t id) const = 0;
+  [[nodiscard]] virtual std::vector<std::uint64_t> ids() const = 0;
+  virtual void advance_to(md::step_t step) = 0;
+  [[nodiscard]] virtual md::step_t now() const = 0;
+  virtual void protect_pages(std::uint64_t id, std::span<const std::size_t> pages) = 0;
+  virtual void protect_tail_tokens(std::uint64_t id, std::size_t tokens) = 0;
+  virtual void clear_protections() = 0;
+  [[nodiscard]] virtual std::vector<std::size_t> protected_pages(std::uint64_t id) const = 0;
+  virtual void set_shared(std::uint64_t id, std::span<const std::size_t> pages, bool shared) = 0;
+  [[nodiscard]] virtual std::vector<std::size_t> shared_pages(std::uint64_t id) const = 0;
+  virtual void mark_shared_from(const pool_type& table) = 0;
+  virtual void mark_shared_from(const md::vllm_block_table& table, const id_map& map) = 0;
+  virtual void mark_shared_from(const md::flashinfer_csr& table, const id_map& map) = 0;
+  [[nodiscard]] virtual std::size_t resident_pages() const = 0;
+  [[nodiscard]] virtual std::size_t reclaimable_pages() const = 0;
+  [[nodiscard]] virtual std::size_t physical_pages() const = 0;
+  [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary(std::uint64_t id) const = 0;
+  [[nodiscard]] virtual std::uint64_t prefix_cacheable_tokens(std::uint64_t id) const = 0;
+  [[nodiscard]] virtual global_plan select_global(std::size_t pages_to_free) const = 0;
+  virtual void commit(const global_plan& plan) = 0;
+  virtual removals commit(const global_plan& plan, pool_type& table) = 0;
+  virtual removals commit(const global_plan& plan, md::vllm_block_table& table, const id_map& map) = 0;
+  virtual removals commit(const global_plan& plan, md::sglang_req_to_token& table, const id_map& map) = 0;
+  virtual removals commit(const global_plan& plan, md::flashinfer_csr& table, const id_map& map) = 0;
+  [[nodiscard]] virtual std::uint64_t digest() const = 0;
+};
+
+template <class Seq>
+struct managed {
+  std::shared_ptr<md::basic_manager<Seq>> mgr;
+  std::uint64_t id;
+  Seq& operator()() const { return mgr->at(id); }
+};
+
+template <template <class> class P>
+class manager_impl final : public manager_handle {
+ public:
+  using Seq = seq_of<P>;
+  using Mgr = md::basic_manager<Seq>;
+  explicit manager_impl(md::manager_config cfg) : mgr_(std::make_shared<Mgr>(cfg)) {}
+  [[nodiscard]] std::string policy() const override { return std::string(P<float>::name); }
+  std::shared_ptr<sequence_handle> open(std::uint64_t id, const md::config& cfg, const py::dict& params) override {
+    mgr_->open(id, cfg, params_from<P>(params));
+    return handle(id);
+  }
+  std::shared_ptr<sequence_handle> fork(std::uint64_t parent, std::uint64_t child, pool_type* pool) override {
+    if (pool)
+      mgr_->fork(parent, child, *pool, md::identity_id{});
+    else
+      mgr_->fork(parent, child);
+    return handle(child);
+  }
+  void close(std::uint64_t id) override { mgr_->close(id); }
+  [[nodiscard]] std::shared_ptr<sequence_handle> at(std::uint64_t id) override {
+    (void)mgr_->at(id);  // usage_error if it is not open
+    return handle(id);
+  }
+  [[nodiscard]] bool contains(std::uint64_t id) const override {
+    const auto ids = mgr_->ids();
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  }
+  [[nodiscard]] std::vector<std::uint64_t> ids() const override { return mgr_->ids(); }
+  void advance_to(md::step_t step) override { mgr_->advance_to(step); }
+  [[nodiscard]] md::step_t now() const override { return mgr_->now(); }
+  void protect_pages(std::uint64_t id, std::span<const std::size_t> pages) override { mgr_->protect_pages(id, pages); }
+  void protect_tail_tokens(std::uint64_t id, std::size_t tokens) override { mgr_->protect_tail_tokens(id, tokens); }
+  void clear_protections() override { mgr_->clear_protections(); }
+  [[nodiscard]] std::vector<std::size_t> protected_pages(std::uint64_t id) const override {
+    return mgr_->protected_pages(id);
+  }
+  void set_shared(std::uint64_t id, std::span<const std::size_t> pages, bool shared) override {
+    mgr_->set_shared(id, pages, shared);
+  }
+  [[nodiscard]] std::vector<std::size_t> shared_pages(std::uint64_t id) const override {
+    return mgr_->shared_pages(id);
+  }
+  void mark_shared_from(const pool_type& table) override { mgr_->mark_shared_from(table, md::identity_id{}); }
+  void mark_shared_from(const md::vllm_block_table& table, const id_map& map) override {
+    mgr_->mark_shared_from(table, map);
+  }
+  void mark_shared_from(const md::flashinfer_csr& table, const id_map& map) override {
+    mgr_->mark_shared_from(table, map);
+  }
+  [[nodiscard]] std::size_t resident_pages() const override { return mgr_->resident_pages(); }
+  [[nodiscard]] std::size_t reclaimable_pages() const override { return mgr_->reclaimable_pages(); }
+  [[nodiscard]] std::size_t physical_pages() const override { return mgr_->physical_pages(); }
+  [[nodiscard]] std::optional<std::uint64_t> prefix_cache_boundary(std::uint64_t id) const override {
+    return mgr_->prefix_cache_boundary(id);
+  }
+  [[nodiscard]] std::uint64_t prefix_cacheable_tokens(std::uint64_t id) const override {
+    return mgr_->prefix_cacheable_tokens(id);
+  }
+  [[nodiscard]] global_plan select_global(std::size_t pages_to_free) const override {
+    return mgr_->select_global(pages_to_free);
+  }
+  void commit(const global_plan& plan) override { mgr_->commit(plan); }
+  removals commit(const global_plan& plan, pool_type& table) override {
+    return mgr_->commit(plan, table, md::identity_id{});
+  }
+  removals commit(const global_plan& plan, md::vllm_block_table& table, const id_map& map) override {
+    return mgr_->commit(plan, table, map);
+  }
+  removals commit(const global_plan& plan, md::sglang_req_to_token& table, const id_map& map) override {
+    return mgr_->commit(plan, table, map);
+  }
+  removals commit(const global_plan& plan, md::flashinfer_csr& table, const id_map& map) override {
+    return mgr_->commit(plan, table, map);
+  }
+  [[nodiscard]] std::uint64_t digest() const override { return mgr_->digest(); }
+
+ private:
+  std::shared_ptr<sequence_handle> handle(std::uint64_t id) {
+    return std::make_shared<handle_impl<Seq, managed<Seq>>>(managed<Seq>{mgr_, id});
+  }
+  std::shared_ptr<Mgr> mgr_;
+};
+
+// The explicit id map: "identity", a dict {manager id: row} or a callable(manager id) -> row.
+id_map id_map_of(const py::object& map) {
+  if (py::isinstance<py::str>(map)) {
+    if (map.cast<std::string>() != "identity")
+      raise_argument("id_map", "'" + map.cast<std::string>() + "' (a dict, a callable or 'identity')");
+    return [](std::uint64_t id) { return static_cast<std::size_t>(id); };
+  }
+  if (py::isinstance<py::dict>(map)) {
+    std::map<std::uint64_t, std::size_t> rows = map.cast<std::map<std::uint64_t, std::size_t>>();
+    return [rows](std::uint64_t id) {
+      auto it = rows.find(id);
+      if (it == rows.end()) throw md::usage_error("id_map has no row for sequence " + std::to_string(id));
+      return it->second;
+    };
+  }
+  if (PyCallable_Check(map.ptr())) {
+    return [map](std::uint64_t id) { return map(id).cast<std::size_t>(); };
+  }
+  raise_argument("id_map", "expected a dict, a callable or 'identity' (the map is always named)");
+}
+
+}  // namespace
+
+void bind_manager(py::module_& m) {
+  py::class_<md::global_victim<float, std::uint64_t>>(m, "GlobalVictim")
+      .def_readonly("sequence", &md::global_victim<float, std::uint64_t>::sequence)
+      .def_readonly("page", &md::global_victim<float, std::uint64_t>::page)
+      .def_readonly("score", &md::global_victim<float, std::uint64_t>::score)
+      .def_readonly("shared", &md::global_victim<float, std::uint64_t>::shared)
+      .def_property_readonly("reason",
+                             [](const md::global_victim<float, std::uint64_t>& v) { return md::to_string(v.reason); });
+
+  py::class_<global_plan>(m, "GlobalPlan",
+                          "A global selection: the victims in the total order (score, tie hash, id, page) and one "
+                          "Plan per sequence that loses pages.")
+      .def_readonly("victims", &global_plan::victims)
+      .def_readonly("plans", &global_plan::plans)
+      .def_readonly("pages_freed", &global_plan::pages_freed)
+      .def_readonly("pages_short", &global_plan::pages_short)
+      .def("digest", &global_plan::digest)
+      .def("__len__", [](const global_plan& p) { return p.victims.size(); })
+      .def("__bool__", [](const global_plan& p) { return !p.victims.empty(); });
+
+  using handle = std::shared_ptr<manager_handle>;
+  py::class_<manager_handle, handle>(m, "Manager",
+                                     "Many sequences of one policy under one memory pool: per-sequence budgets (each "
+                                     "sequence's Config), a global budget in physical pages, fork, per-step "
+                                     "protections, and a deterministic global selection.")
+      .def(py::init([](const std::string& policy, std::size_t page_size, std::optional<std::size_t> global_high,
+                       std::optional<std::size_t> global_low) {
+             md::manager_config cfg{.page_size = page_size};
+             if (global_high) cfg.global = md::global_budget::pages(*global_high, global_low);
+             cfg.global.validate();
+             return with_policy(
+                 policy, [&]<template <class> class P>() -> handle { return std::make_shared<manager_impl<P>>(cfg); });
+           }),
+           py::arg("policy") = "memdecay", py::kw_only(), py::arg("page_size") = 16,
+           py::arg("global_high") = py::none(), py::arg("global_low") = py::none())
+      .def_property_readonly("policy", &manager_handle::policy)
+      .def_property_readonly("now", &manager_handle::now)
+      .def(
+          "open",
+          [](manager_handle& mh, std::uint64_t id, const std::optional<md::config>& cfg, const py::kwargs& params) {
+            return mh.open(id, cfg.value_or(md::config{}), params);
+          },
+          py::arg("id"), py::arg("config") = py::none(),
+          "Opens sequence `id` at the manager's clock; returns it (its own commit refuses: commit through the "
+          "manager).")
+      .def(
+          "fork",
+          [](manager_handle& mh, std::uint64_t parent, std::uint64_t child, const py::object& pool) {
+            return mh.fork(parent, child, pool.is_none() ? nullptr : &pool.cast<pool_type&>());
+          },
+          py::arg("parent"), py::arg("child"), py::arg("pool") = py::none(),
+          "A child sharing the parent's full pages, with a copy of its policy state (and the pool's fork).")
+      .def("close", &manager_handle::close, py::arg("id"))
+      .def("at", &manager_handle::at, py::arg("id"))
+      .def("__getitem__", &manager_handle::at)
+      .def("__contains__", &manager_handle::contains)
+      .def("ids", &manager_handle::ids)
+      .def("advance_to", &manager_handle::advance_to, py::arg("step"))
+      .def(
+          "protect_pages",
+          [](manager_handle& mh, std::uint64_t id, const py::object& pages) { mh.protect_pages(id, page_list(pages)); },
+          py::arg("id"), py::arg("pages"))
+      .def("protect_tail_tokens", &manager_handle::protect_tail_tokens, py::arg("id"), py::arg("tokens"))
+      .def("clear_protections", &manager_handle::clear_protections)
+      .def("protected_pages", &manager_handle::protected_pages, py::arg("id"))
+      .def(
+          "set_shared",
+          [](manager_handle& mh, std::uint64_t id, const py::object& pages, bool shared) {
+            mh.set_shared(id, page_list(pages), shared);
+          },
+          py::arg("id"), py::arg("pages"), py::arg("shared") = true)
+      .def("shared_pages", &manager_handle::shared_pages, py::arg("id"))
+      .def(
+          "mark_shared_from",
+          [](manager_handle& mh, const py::object& table, const py::object& map) {
+            if (py::isinstance<pool_type>(table)) return mh.mark_shared_from(table.cast<const pool_type&>());
+            if (py::isinstance<vllm_view>(table))
+              return mh.mark_shared_from(table.cast<vllm_view&>().table, id_map_of(map));
+            if (py::isinstance<flashinfer_view>(table))
+              return mh.mark_shared_from(table.cast<flashinfer_view&>().table, id_map_of(map));
+            raise_argument("table", "expected a BlockPool, VllmBlockTable or FlashInferCsr");
+          },
+          py::arg("table"), py::arg("id_map") = "identity")
+      .def_property_readonly("resident_pages", &manager_handle::resident_pages)
+      .def_property_readonly("reclaimable_pages", &manager_handle::reclaimable_pages)
+      .def_property_readonly("physical_pages", &manager_handle::physical_pages)
+      .def("prefix_cache_boundary", &manager_handle::prefix_cache_boundary, py::arg("id"))
+      .def("prefix_cacheable_tokens", &manager_handle::prefix_cacheable_tokens, py::arg("id"))
+      .def(
+          "select_global",
+          [](const manager_handle& mh, std::size_t pages_to_free) {
+            py::gil_scoped_release release;
+            return mh.select_global(pages_to_free);
+          },
+          py::arg("pages_to_free") = 0, "Phase 1: sequence budgets, then the global one (changes nothing).")
+      .def(
+          "commit",
+          [](manager_handle& mh, const global_plan& plan, const py::object& table,
+             const py::object& map) -> py::object {
+            if (table.is_none()) {
+              mh.commit(plan);
+              return py::none();
+            }
+            if (py::isinstance<pool_type>(table)) {
+              if (!py::isinstance<py::str>(map) || map.cast<std::string>() != "identity")
+                raise_argument("id_map", "a BlockPool is keyed by the manager's ids: pass id_map='identity'");
+              return py::cast(mh.commit(plan, table.cast<pool_type&>()));
+            }
+            if (map.is_none()) raise_argument("id_map", "required with a table (a dict, a callable or 'identity')");
+            const auto ids = id_map_of(map);
+            if (py::isinstance<vllm_view>(table)) return py::cast(mh.commit(plan, table.cast<vllm_view&>().table, ids));
+            if (py::isinstance<sglang_view>(table))
+              return py::cast(mh.commit(plan, table.cast<sglang_view&>().table, ids));
+            if (py::isinstance<flashinfer_view>(table))
+              return py::cast(mh.commit(plan, table.cast<flashinfer_view&>().table, ids));
+            raise_argument("table", "expected a BlockPool, VllmBlockTable, SglangReqToToken or FlashInferCsr");
+          },
+          py::arg("plan"), py::arg("table") = py::none(), py::arg("id_map") = py::none(),
+          "Phase 2, all or nothing: every plan checked against its sequence and the table first. Returns "
+          "{id: PageRemoval} with a table; None for a state-only commit.")
+      .def("digest", &manager_handle::digest);
+}
+
+}  // namespace memdecay_python

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sequence (the one evictor, any policy by name) and Plan. The GIL is released while the library observes,
+// scores and selects; the arrays it reads are held by the call.
+#include "sequence.hpp"
+
+namespace memdecay_python {
+
+namespace {
+
+// Reads `key` from kwargs into `out` when present, and removes it.
+template <class T>
+void take(py::dict& kwargs, const char* key, T& out) {
+  if (kwargs.contains(key)) {
+    out = kwargs[key].cast<T>();
+    PyDict_DelItemString(kwargs.ptr(), key);
+  }
+}
+
+void reject_rest(const py::dict& rest, const char* policy, const char* known) {
+  if (rest.empty()) return;
+  std::string names;
+  for (const auto& [k, v] : rest) names += (names.empty() ? "" : ", ") + py::str(k).cast<std::string>();
+  throw md::config_error(std::string("policy ") + policy + " has no parameter " + names + " (its parameters: " + known +
+                         ")");
+}
+
+}  // namespace
+
+template <template <class> class P>
+typename P<float>::params_type params_from(const py::dict& given) {
+  namespace pol = md::policies;
+  py::dict kw(given);  // a copy: taken keys are removed from it
+  typename P<float>::params_type p{};
+  if constexpr (std::is_same_v<P<float>, pol::memdecay<float>>) {
+    take(kw, "exp_free_scores", p.exp_free_scores);
+    if (kw.contains("aggregation")) {
+      const auto a = kw["aggregation"].cast<std::string>();
+      if (a != "mean" && a != "max") throw md::config_error("memdecay aggregation = '" + a + "' (mean or max)");
+      p.aggregation =
+          a == "max" ? pol::memdecay<float>::page_aggregation::max : pol::memdecay<float>::page_aggregation::mean;
+      PyDict_DelItemString(kw.ptr(), "aggregation");
+    }
+    reject_rest(kw, "memdecay", "exp_free_scores, aggregation");
+  } else if constexpr (std::is_same_v<P<float>, pol::h2o<float>>) {
+    take(kw, "recent_tokens", p.recent_tokens);
+    take(kw, "recent_fraction", p.recent_fraction);
+    reject_rest(kw, "h2o", "recent_tokens, recent_fraction");
+  } else if constexpr (std::is_same_v<P<float>, pol::streaming_llm<float>>) {
+    take(kw, "sink_tokens", p.sink_tokens);
+    reject_rest(kw, "streaming_llm", "sink_tokens");
+  } else if constexpr (std::is_same_v<P<float>, pol::snapkv<float>>) {
+    take(kw, "window", p.window);
+    take(kw, "kernel_size", p.kernel_size);
+    if (kw.contains("pooling")) {
+      const auto a = kw["pooling"].cast<std::string>();
+      if (a != "avg" && a != "max") throw md::config_error("snapkv pooling = '" + a + "' (avg or max)");
+      p.pool = a == "max" ? pol::snapkv<float>::pooling::max : pol::snapkv<float>::pooling::avg;
+      PyDict_DelItemString(kw.ptr(), "pooling");
+    }
+    reject_rest(kw, "snapkv", "window, kernel_size, pooling");
+  } else if constexpr (std::is_same_v<P<float>, pol::scissorhands<float>>) {
+    take(kw, "history_window", p.history_window);
+    take(kw, "recent_tokens", p.recent_tokens);
+    reject_rest(kw, "scissorhands", "history_window, recent_tokens");
+  } else if constexpr (std::is_same_v<P<float>, pol::priority_lru<float>>) {
+    take(kw, "region_priority", p.region_priority);
+    take(kw, "refresh_threshold", p.refresh_threshold);
+    reject_rest(kw, "priority_lru", "region_priority, refresh_threshold");
+  } else if constexpr (std::is_same_v<P<float>, pol::random<float>>) {
+    take(kw, "seed", p.seed);
+    reject_rest(kw, "random", "seed");
+  } else {
+    reject_rest(kw, std::string(P<float>::name).c_str(), "none");
+  }
+  return p;
+}
+
+std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,
+                                               const py::dict& params) {
+  return with_policy(policy, [&]<template <class> class P>() -> std::shared_ptr<sequence_handle> {
+    using S = seq_of<P>;
+    auto seq = std::make_shared<S>(cfg, params_from<P>(params));
+    return std::make_shared<handle_impl<S, owned<S>>>(owned<S>{std::move(seq)});
+  });
+}
+
+void bind_sequence(py::module_& m) {
+  m.attr("POLICIES") = policy_names();
+
+  py::class_<plan_type>(m, "Plan",
+                        "An eviction plan (phase 1 of two): the victims' logical pages and scores, and the state "
+                        "generation it was made at; commit rejects a stale plan (UsageError).")
+      .def_property_readonly("pages", [](const plan_type& p) { return to_numpy(p.pages); })
+      .def_property_readonly("scores", [](const plan_type& p) { return to_numpy(p.scores); })
+      .def_readonly("requested", &plan_type::requested)
+      .def_readonly("pages_over_budget", &plan_type::pages_over_budget)
+      .def_readonly("page_size", &plan_type::page_size)
+      .def_readonly("generation", &plan_type::generation)
+      .def_property_readonly("tokens", &plan_type::tokens)
+      .def("__len__", [](const plan_type& p) { return p.pages.size(); })
+      .def("__bool__", [](const plan_type& p) { return !p.pages.empty(); })
+      .def("__repr__", [](const plan_type& p) {
+        return "Plan(pages=" + py::repr(py::cast(p.pages)).cast<std::string>() +
+               ", generation=" + std::to_string(p.generation) + ")";
+      });
+
+  py::class_<page_breakdown>(m, "PageExplanation", "A page's score by term (MemDecay).")
+      .def_readonly("page", &page_breakdown::page)
+      .def_readonly("first_position", &page_breakdown::first_position)
+      .def_readonly("tokens", &page_breakdown::tokens)
+      .def_readonly("status", &page_breakdown::status)
+      .def_readonly("decay", &page_breakdown::decay)
+      .def_readonly("attention", &page_breakdown::attention)
+      .def_readonly("score", &page_breakdown::score);
+
+  using H = sequence_handle;
+  using handle = std::shared_ptr<H>;
+  py::class_<H, handle>(m, "Sequence",
+                        "One sequence's eviction state under a policy (the one evictor). Label tokens with "
+                        "append, move the clock with advance_to, observe attention, select victims, commit them "
+                        "to a page table. Every call validates its input and either applies fully or raises and "
+                        "changes nothing.")
+      .def(py::init([](const std::optional<md::config>& config, const std::string& policy, const py::kwargs& params) {
+             return make_sequence(policy, config.value_or(md::config{}), params);
+           }),
+           py::arg("config") = py::none(), py::arg("policy") = "memdecay",
+           "Sequence(config=Config(), policy='memdecay', **policy_parameters)")
+      .def_property_readonly("policy", &H::policy)
+      .def_property_readonly("config", &H::config)
+      .def_property_readonly("regions", &H::regions)
+      .def_property_readonly("kv_len", &H::kv_len, "Resident tokens.")
+      .def_property_readonly("num_pages", &H::num_pages)
+      .def_property_readonly("page_size", &H::page_size)
+      .def_property_readonly("logical_len", &H::logical_len, "Every token ever appended (the next position).")
+      .def_property_readonly("evicted_tokens", &H::evicted_tokens)
+      .def_property_readonly("now", &H::now)
+      .def_property_readonly("generation", &H::generation)
+      .def_property_readonly("protection", &H::protection)
+      .def_property_readonly("prefix_cache_boundary", &H::prefix_cache_boundary)
+      .def("digest", &H::digest, "Everything selection depends on; equal digests mean equal decisions.")
+      .def(
+          "append",
+          [](H& s, const py::object& region, std::size_t count) { s.append(region_of(region, s.regions()), count); },
+          py::arg("region"), py::arg("count") = 1, "Appends `count` tokens of `region` (an id or a name).")
+      .def(
+          "append_tokens",
+          [](H& s, const py::object& labels) {
+            auto a = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>::ensure(labels);
+            if (!a || a.ndim() != 1) raise_argument("labels", "expected a 1-D sequence of region ids");
+            s.append_tokens({a.data(), static_cast<std::size_t>(a.size())});
+          },
+          py::arg("labels"), "Appends one token per label (region ids).")
+      .def("advance_to", &H::advance_to, py::arg("step"), "Moves the logical clock (UsageError if it goes back).")
+      .def(
+          "observe_tokens",
+          [](H& s, const py::object& mass) {
+            auto a = mass_array(mass, "mass", 1);
+            py::gil_scoped_release release;
+            return s.observe_tokens({a.data(), static_cast<std::size_t>(a.size())});
+          },
+          py::arg("mass"), "Attention per resident token (length kv_len); returns the tokens refreshed.")
+      .def(
+          "observe_pages",
+          [](H& s, const py::object& mass) {
+            auto a = mass_array(mass, "page_mass", 1);
+            py::gil_scoped_release release;
+            return s.observe_pages({a.data(), static_cast<std::size_t>(a.size())});
+          },
+          py::arg("page_mass"), "Attention per page (length num_pages), shared among the page's tokens.")
+      .def(
+          "observe_heads",
+          [](H& s, const py::object& mass, const std::string& how) {
+            auto a = mass_array(mass, "heads_by_tokens", 2);
+            if (how != "sum" && how != "mean") raise_argument("how", "'" + how + "' (sum or mean)");
+            const auto r = how == "sum" ? md::head_reduction::sum : md::head_reduction::mean;
+            py::gil_scoped_release release;
+            return s.observe_heads(a.data(), static_cast<std::size_t>(a.shape(0)), static_cast<std::size_t>(a.shape(1)),
+                                   r);
+          },
+          py::arg("heads_by_tokens"), py::arg("how") = "sum", "A heads x tokens matrix, reduced by sum or mean.")
+      .def(
+          "select",
+          [](const H& s, std::size_t k, const py::object& protect) {
+            const auto prot = page_list(protect);
+            py::gil_scoped_release release;
+            return s.select(k, prot);
+          },
+          py::arg("k"), py::arg("protect") = py::none(), "The k lowest-scoring evictable pages (changes nothing).")
+      .def(
+          "select_for_budget",
+          [](const H& s, const py::object& protect) {
+            const auto prot = page_list(protect);
+            py::gil_scoped_release release;
+            return s.select_for_budget(prot);
+          },
+          py::arg("protect") = py::none(), "The pages the budget asks for (changes nothing).")
+      .def_property_readonly("pages_wanted_by_budget", &H::pages_wanted_by_budget)
+      .def(
+          "commit",
+          [](H& s, const plan_type& plan, const py::object& table, const py::object& seq) -> py::object {
+            if (table.is_none()) {
+              s.commit(plan);
+              return py::none();
+            }
+            if (seq.is_none()) raise_argument("seq", "the table's id of this sequence is required with a table");
+            if (py::isinstance<pool_type>(table))
+              return py::cast(s.commit(plan, table.cast<pool_type&>(), seq.cast<std::uint64_t>()));
+            if (py::isinstance<vllm_view>(table))
+              return py::cast(s.commit(plan, table.cast<vllm_view&>().table, seq.cast<std::size_t>()));
+            if (py::isinstance<sglang_view>(table))
+              return py::cast(s.commit(plan, table.cast<sglang_view&>().table, seq.cast<std::size_t>()));
+            if (py::isinstance<flashinfer_view>(table))
+              return py::cast(s.commit(plan, table.cast<flashinfer_view&>().table, seq.cast<std::size_t>()));
+            raise_argument("table", "expected a BlockPool, VllmBlockTable, SglangReqToToken or FlashInferCsr");
+          },
+          py::arg("plan"), py::arg("table") = py::none(), py::arg("seq") = py::none(),
+          "Applies a plan (phase 2): to the table and the state together (returns the table's PageRemoval), or "
+          "to the state only when no table is given.")
+      .def(
+          "page_scores",
+          [](const H& s) {
+            std::vector<float> v;
+            {
+              py::gil_scoped_release release;
+              v = s.page_scores();
+            }
+            return to_numpy(v);
+          },
+          "Each resident page's score (a copy).")
+      .def(
+          "page_statuses", [](const H& s, const py::object& protect) { return s.page_statuses(page_list(protect)); },
+          py::arg("protect") = py::none())
+      .def(
+          "explain_page",
+          [](const H& s, std::size_t page) {
+            auto e = s.explain_page(page);
+            if (!e) throw md::usage_error("explain_page: policy " + s.policy() + " does not explain its scores");
+            return *e;
+          },
+          py::arg("page"))
+      .def(
+          "positions", [](const H& s) { return to_numpy(s.positions()); }, "Each resident token's position.")
+      .def(
+          "labels", [](const H& s) { return to_numpy(s.labels()); }, "Each resident token's region id.")
+      .def(
+          "copy", [](const H& s) { return handle(s.copy()); }, "An unmanaged copy (state and layout).")
+      .def("__copy__", [](const H& s) { return handle(s.copy()); })
+      .def("__repr__", [](const H& s) {
+        return "Sequence(policy='" + s.policy() + "', kv_len=" + std::to_string(s.kv_len()) +
+               ", num_pages=" + std::to_string(s.num_pages()) + ", now=" + std::to_string(s.now()) + ")";
+      });
+}
+
+}  // namespace memdecay_python

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// One Python Sequence class for every policy: sequence_handle is the interface, handle_impl<Policy> implements it
+// over memdecay::policy_sequence<Policy> (the one evictor), and make_sequence builds one from a policy name and
+// its parameters. A handle owns its sequence, or refers to one a Manager owns (looked up by id on every call, so
+// a closed sequence is a UsageError, never a dangling reference).
+#ifndef MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
+#define MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/exports/llama_cpp.hpp>
+#include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/policies/all.hpp>
+
+#include "tables.hpp"
+
+namespace memdecay_python {
+
+namespace md = memdecay;
+using plan_type = md::eviction_plan<float>;
+
+/// A page's score broken down (MemDecay only).
+struct page_breakdown {
+  std::size_t page;
+  std::uint64_t first_position;
+  std::size_t tokens;
+  std::string status;
+  double decay, attention, score;
+};
+
+class sequence_handle {
+ public:
+  virtual ~sequence_handle() = default;
+  [[nodiscard]] virtual std::string policy() const = 0;
+  [[nodiscard]] virtual const md::config& config() const = 0;
+  [[nodiscard]] virtual const md::region_table& regions() const = 0;
+  virtual void append(md::region_id region, std::size_t count) = 0;
+  virtual void append_tokens(std::span<const md::region_id> labels) = 0;
+  virtual void advance_to(md::step_t step) = 0;
+  virtual std::size_t observe_tokens(std::span<const float> mass) = 0;
+  virtual std::size_t observe_pages(std::span<const float> mass) = 0;
+  virtual std::size_t observe_heads(const float* data, std::size_t heads, std::size_t tokens,
+                                    md::head_reduction how) = 0;
+  [[nodiscard]] virtual plan_type select(std::size_t k, std::span<const std::size_t> caller_protected) const = 0;
+  [[nodiscard]] virtual plan_type select_for_budget(std::span<const std::size_t> caller_protected) const = 0;
+  [[nodiscard]] virtual std::size_t pages_wanted_by_budget() const = 0;
+  virtual void commit(const plan_type& plan) = 0;
+  virtual md::page_removal<std::int32_t> commit(const plan_type& plan, pool_type& table, std::uint64_t seq) = 0;
+  virtual md::page_removal<std::int32_t> commit(const plan_type& plan, md::vllm_block_table& table,
+                                                std::size_t row) = 0;
+  virtual md::page_removal<std::int32_t> commit(const plan_type& plan, md::sglang_req_to_token& table,
+                                                std::size_t row) = 0;
+  virtual md::page_removal<std::int32_t> commit(const plan_type& plan, md::flashinfer_csr& table,
+                                                std::size_t request) = 0;
+  [[nodiscard]] virtual std::vector<float> page_scores() const = 0;
+  [[nodiscard]] virtual std::vector<std::string> page_statuses(std::span<const std::size_t> prot) const = 0;
+  [[nodiscard]] virtual std::optional<page_breakdown> explain_page(std::size_t page) const = 0;
+  [[nodiscard]] virtual std::size_t kv_len() const = 0;
+  [[nodiscard]] virtual std::size_t num_pages() const = 0;
+  [[nodiscard]] virtual std::size_t page_size() const = 0;
+  [[nodiscard]] virtual std::uint64_t logical_len() const = 0;
+  [[nodiscard]] virtual std::uint64_t evicted_tokens() const = 0;
+  [[nodiscard]] virtual md::step_t now() const = 0;
+  [[nodiscard]] virtual std::uint64_t generation() const = 0;
+  [[nodiscard]] virtual std::uint64_t digest() const = 0;
+  [[nodiscard]] virtual std::vector<std::uint64_t> positions() const = 0;
+  [[nodiscard]] virtual std::vector<md::region_id> labels() const = 0;
+  [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary() const = 0;
+  [[nodiscard]] virtual md::protection_config protection() const = 0;
+  [[nodiscard]] virtual std::vector<md::llama_position_range> llama_position_ranges(const plan_type& plan) const = 0;
+  [[nodiscard]] virtual std::vector<md::llama_position_range> llama_evicted_ranges() const = 0;
+  [[nodiscard]] virtual std::vector<md::token_range_retention> tensorrt_llm_retention(
+      const md::retention_options& options) const = 0;
+  /// A new, unmanaged copy (its own layout and policy state).
+  [[nodiscard]] virtual std::unique_ptr<sequence_handle> copy() const = 0;
+};
+
+inline const char* status_name(md::page_status s) {
+  switch (s) {
+    case md::page_status::evictable: return "evictable";
+    case md::page_status::pinned: return "pinned";
+    case md::page_status::sink: return "sink";
+    case md::page_status::recent: return "recent";
+    case md::page_status::partial: return "partial";
+    case md::page_status::protected_: return "protected";
+  }
+  return "?";
+}
+
+/// sequence_handle over a policy_sequence; `Access` gives the sequence (owned, or a manager's by id).
+template <class Seq, class Access>
+class handle_impl final : public sequence_handle {
+ public:
+  explicit handle_impl(Access access) : access_(std::move(access)) {}
+  [[nodiscard]] std::string policy() const override { return std::string(Seq::policy_type::name); }
+  [[nodiscard]] const md::config& config() const override { return get().get_config(); }
+  [[nodiscard]] const md::region_table& regions() const override { return get().regions(); }
+  void append(md::region_id region, std::size_t count) override { get().append(region, count); }
+  void append_tokens(std::span<const md::region_id> labels) override { get().append_tokens(labels); }
+  void advance_to(md::step_t step) override { get().advance_to(step); }
+  std::size_t observe_tokens(std::span<const float> mass) override { return get().observe_tokens(mass); }
+  std::size_t observe_pages(std::span<const float> mass) override { return get().observe_pages(mass); }
+  std::size_t observe_heads(const float* data, std::size_t heads, std::size_t tokens, md::head_reduction how) override {
+    using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    return get().observe_heads(
+        Eigen::Map<const matrix>(data, static_cast<Eigen::Index>(heads), static_cast<Eigen::Index>(tokens)), how);
+  }
+  [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> prot) const override {
+    return get().select(k, prot);
+  }
+  [[nodiscard]] plan_type select_for_budget(std::span<const std::size_t> prot) const override {
+    return get().select_for_budget(prot);
+  }
+  [[nodiscard]] std::size_t pages_wanted_by_budget() const override { return get().pages_wanted_by_budget(); }
+  void commit(const plan_type& plan) override { get().commit(plan); }
+  md::page_removal<std::int32_t> commit(const plan_type& plan, pool_type& table, std::uint64_t seq) override {
+    return get().commit(plan, table, seq);
+  }
+  md::page_removal<std::int32_t> commit(const plan_type& plan, md::vllm_block_table& table, std::size_t row) override {
+    return get().commit(plan, table, row);
+  }
+  md::page_removal<std::int32_t> commit(const plan_type& plan, md::sglang_req_to_token& table,
+                                        std::size_t row) override {
+    return get().commit(plan, table, row);
+  }
+  md::page_removal<std::int32_t> commit(const plan_type& plan, md::flashinfer_csr& table,
+                                        std::size_t request) override {
+    return get().commit(plan, table, request);
+  }
+  [[nodiscard]] std::vector<float> page_scores() const override { return get().page_scores(); }
+  [[nodiscard]] std::vector<std::string> page_statuses(std::span<const std::size_t> prot) const override {
+    std::vector<std::string> out;
+    for (auto s : get().page_statuses(prot)) out.emplace_back(status_name(s));
+    return out;
+  }
+  [[nodiscard]] std::optional<page_breakdown> explain_page(std::size_t page) const override {
+    if constexpr (requires(const Seq& s) { s.explain_page(page); }) {
+      const auto e = get().explain_page(page);
+      return page_breakdown{e.page,
+                            e.first_position,
+                            e.tokens,
+                            status_name(e.status),
+                            static_cast<double>(e.terms.decay),
+                            static_cast<double>(e.terms.attention),
+                            static_cast<double>(e.terms.decay + e.terms.attention)};
+    } else {
+      (void)page;
+      return std::nullopt;
+    }
+  }
+  [[nodiscard]] std::size_t kv_len() const override { return get().kv_len(); }
+  [[nodiscard]] std::size_t num_pages() const override { return get().num_pages(); }
+  [[nodiscard]] std::size_t page_size() const override { return get().page_size(); }
+  [[nodiscard]] std::uint64_t logical_len() const override { return get().logical_len(); }
+  [[nodiscard]] std::uint64_t evicted_tokens() const override { return get().evicted_tokens(); }
+  [[nodiscard]] md::step_t now() const override { return get().now(); }
+  [[nodiscard]] std::uint64_t generation() const override { return get().generation(); }
+  [[nodiscard]] std::uint64_t digest() const override { return get().digest(); }
+  [[nodiscard]] std::vector<std::uint64_t> positions() const override { return get().positions(); }
+  [[nodiscard]] std::vector<md::region_id> labels() const override {
+    const auto l = get().state().regions();
+    return {l.begin(), l.end()};
+  }
+  [[nodiscard]] std::optional<std::uint64_t> prefix_cache_boundary() const override {
+    return get().prefix_cache_boundary();
+  }
+  [[nodiscard]] md::protection_config protection() const override { return get().protection(); }
+  [[nodiscard]] std::vector<md::llama_position_range> llama_position_ranges(const plan_type& plan) const override {
+    return md::llama_position_ranges(get(), plan);
+  }
+  [[nodiscard]] std::vector<md::llama_position_range> llama_evicted_ranges() const override {
+    return md::llama_evicted_ranges(get());
+  }
+  [[nodiscard]] std::vector<md::token_range_retention> tensorrt_llm_retention(
+      const md::retention_options& options) const override {
+    return md::tensorrt_llm_retention(get(), options);
+  }
+  [[nodiscard]] std::unique_ptr<sequence_handle> copy() const override;
+
+  Seq& get() const { return access_(); }
+
+ private:
+  Access access_;
+};
+
+/// Owns its sequence.
+template <class Seq>
+struct owned {
+  std::shared_ptr<Seq> seq;
+  Seq& operator()() const { return *seq; }
+};
+
+template <class Seq, class Access>
+std::unique_ptr<sequence_handle> handle_impl<Seq, Access>::copy() const {
+  return std::make_unique<handle_impl<Seq, owned<Seq>>>(owned<Seq>{std::make_shared<Seq>(get())});
+}
+
+/// The policies by name, with the type of each one's sequence.
+template <template <class> class P>
+using seq_of = md::policy_sequence<P>;
+
+/// Calls fn.template operator()<Policy>() for the policy named `name` (config_error for an unknown name).
+template <class Fn>
+decltype(auto) with_policy(const std::string& name, Fn&& fn) {
+  namespace pol = md::policies;
+  if (name == "memdecay") return fn.template operator()<pol::memdecay>();
+  if (name == "h2o") return fn.template operator()<pol::h2o>();
+  if (name == "streaming_llm") return fn.template operator()<pol::streaming_llm>();
+  if (name == "tova") return fn.template operator()<pol::tova>();
+  if (name == "snapkv") return fn.template operator()<pol::snapkv>();
+  if (name == "scissorhands") return fn.template operator()<pol::scissorhands>();
+  if (name == "norm_sum") return fn.template operator()<pol::norm_sum>();
+  if (name == "priority_lru") return fn.template operator()<pol::priority_lru>();
+  if (name == "random") return fn.template operator()<pol::random>();
+  throw md::config_error("policy = '" + name +
+                         "' (must be memdecay, h2o, streaming_llm, tova, snapkv, scissorhands, norm_sum, "
+                         "priority_lru or random)");
+}
+
+inline const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {"memdecay",     "h2o",      "streaming_llm", "tova",  "snapkv",
+                                                 "scissorhands", "norm_sum", "priority_lru",  "random"};
+  return names;
+}
+
+/// A policy's parameters from keyword arguments: every key must be one of the policy's (config_error naming it).
+template <template <class> class P>
+typename P<float>::params_type params_from(const py::dict& kwargs);
+
+}  // namespace memdecay_python
+
+#endif  // MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
