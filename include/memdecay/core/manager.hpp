@@ -480,19 +480,21 @@ class basic_manager {
     if constexpr (batch_page_table<Table>) {
       // One call for the whole batch (a CSR then moves its entries once, not once per sequence), then the states.
       std::vector<sequence_pages<typename Table::sequence_id>> batch;
+      std::vector<entry*> entries;
       std::vector<std::vector<std::uint64_t>> evicted;
       batch.reserve(plan.plans.size());
+      entries.reserve(plan.plans.size());
       evicted.reserve(plan.plans.size());
       for (const auto& [id, p] : plan.plans) {
         batch.push_back({table_id_of<Table>(table_id, id), p.pages});
-        evicted.push_back(evicted_origins(find_entry(id, "commit")->second, p.pages));
+        entries.push_back(&find_entry(id, "commit")->second);
+        evicted.push_back(evicted_origins(*entries.back(), p.pages));
       }
       auto done = table.remove_pages_of(batch);  // may throw; nothing has changed yet
       std::size_t k = 0;
       for (const auto& [id, p] : plan.plans) {
-        auto& e = find_entry(id, "commit")->second;
-        e.seq->remove(p.pages);
-        forget(e, evicted[k]);
+        entries[k]->seq->remove(p.pages);
+        forget(*entries[k], evicted[k]);
         removals.emplace(id, std::move(done[k++]));
       }
     } else {

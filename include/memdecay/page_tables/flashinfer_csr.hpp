@@ -178,12 +178,9 @@ class flashinfer_csr {
   /// writing nothing, when check_remove_pages() does.
   page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
-    page_removal<page_id> out;
-    out.removed.reserve(pages.size());
-    const std::size_t begin = static_cast<std::size_t>(indptr_[r]), end = static_cast<std::size_t>(indptr_[r + 1]);
-    for (std::size_t p : pages) out.removed.push_back(indices_[begin + p]);
-    out.slots = block_slots(std::span<const page_id>(out.removed), page_size_);
+    auto out = removal_of(r, pages);
     if (pages.empty()) return out;
+    const std::size_t begin = static_cast<std::size_t>(indptr_[r]), end = static_cast<std::size_t>(indptr_[r + 1]);
     compact_pages(indices_.subspan(begin, end - begin), 1, pages);
     const std::size_t k = pages.size(), total = nnz();
     std::copy(indices_.begin() + static_cast<std::ptrdiff_t>(end),
@@ -202,12 +199,8 @@ class flashinfer_csr {
     std::vector<page_removal<page_id>> out(batch.size());
     std::vector<std::span<const std::size_t>> removed_of(batch_size());  // per request: its pages to remove
     for (std::size_t b = 0; b < batch.size(); ++b) {
-      const auto& entry = batch[b];
-      const std::size_t begin = static_cast<std::size_t>(indptr_[entry.seq]);
-      out[b].removed.reserve(entry.pages.size());
-      for (std::size_t p : entry.pages) out[b].removed.push_back(indices_[begin + p]);
-      out[b].slots = block_slots(std::span<const page_id>(out[b].removed), page_size_);
-      removed_of[entry.seq] = entry.pages;
+      out[b] = removal_of(batch[b].seq, batch[b].pages);
+      removed_of[batch[b].seq] = batch[b].pages;
     }
     // One forward pass: entries only move down, so each is read before anything overwrites it.
     std::size_t write = 0;
@@ -231,6 +224,15 @@ class flashinfer_csr {
   }
 
  private:
+  // What removing `pages` (checked) from request r removes, read before the arrays change.
+  page_removal<page_id> removal_of(sequence_id r, std::span<const std::size_t> pages) const {
+    page_removal<page_id> out;
+    out.removed.reserve(pages.size());
+    const auto begin = static_cast<std::size_t>(indptr_[r]);
+    for (std::size_t p : pages) out.removed.push_back(indices_[begin + p]);
+    out.slots = block_slots(std::span<const page_id>(out.removed), page_size_);
+    return out;
+  }
   void check_request(sequence_id r) const {
     if (r >= batch_size())
       detail::raise_usage("request " + detail::to_text(r) + " is not in the batch (batch size " +

@@ -62,29 +62,10 @@ struct sequence_pages {
   std::span<const std::size_t> pages;  ///< strictly ascending logical pages
 };
 
-/// Sorts `slots` and merges them into ascending half-open ranges.
-inline std::vector<slot_range> merge_slots(std::vector<std::int64_t> slots) {
-  std::sort(slots.begin(), slots.end());
-  std::vector<slot_range> ranges;
-  for (std::int64_t slot : slots) {
-    if (!ranges.empty() && ranges.back().end == slot)
-      ++ranges.back().end;
-    else
-      ranges.push_back({slot, slot + 1});
-  }
-  return ranges;
-}
-
-/// The slots of whole blocks of `page_size` tokens (block b holds [b * page_size, (b + 1) * page_size)) as merged,
-/// ascending ranges.
-template <class PageId>
-std::vector<slot_range> block_slots(std::span<const PageId> blocks, std::size_t page_size) {
-  std::vector<std::int64_t> starts;
-  starts.reserve(blocks.size());
-  for (PageId b : blocks) starts.push_back(static_cast<std::int64_t>(b) * static_cast<std::int64_t>(page_size));
+/// Runs of `width` slots starting at `starts`, sorted and merged into ascending half-open ranges.
+inline std::vector<slot_range> merge_runs(std::vector<std::int64_t> starts, std::int64_t width) {
   std::sort(starts.begin(), starts.end());
   std::vector<slot_range> ranges;
-  const auto width = static_cast<std::int64_t>(page_size);
   for (std::int64_t start : starts) {
     if (!ranges.empty() && ranges.back().end == start)
       ranges.back().end += width;
@@ -92,6 +73,20 @@ std::vector<slot_range> block_slots(std::span<const PageId> blocks, std::size_t 
       ranges.push_back({start, start + width});
   }
   return ranges;
+}
+
+/// Sorts `slots` and merges them into ascending half-open ranges.
+inline std::vector<slot_range> merge_slots(std::vector<std::int64_t> slots) { return merge_runs(std::move(slots), 1); }
+
+/// The slots of whole blocks of `page_size` tokens (block b holds [b * page_size, (b + 1) * page_size)) as merged,
+/// ascending ranges.
+template <class PageId>
+std::vector<slot_range> block_slots(std::span<const PageId> blocks, std::size_t page_size) {
+  const auto width = static_cast<std::int64_t>(page_size);
+  std::vector<std::int64_t> starts;
+  starts.reserve(blocks.size());
+  for (PageId b : blocks) starts.push_back(static_cast<std::int64_t>(b) * width);
+  return merge_runs(std::move(starts), width);
 }
 
 /// A page table maps (sequence, logical page index) to a physical page id and can remove pages.
