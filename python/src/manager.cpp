@@ -81,10 +81,7 @@ class manager_impl final : public manager_handle {
     (void)mgr_->at(id);  // usage_error if it is not open
     return handle(id);
   }
-  [[nodiscard]] bool contains(std::uint64_t id) const override {
-    const auto ids = mgr_->ids();
-    return std::find(ids.begin(), ids.end(), id) != ids.end();
-  }
+  [[nodiscard]] bool contains(std::uint64_t id) const override { return mgr_->contains(id); }
   [[nodiscard]] std::vector<std::uint64_t> ids() const override { return mgr_->ids(); }
   void advance_to(md::step_t step) override { mgr_->advance_to(step); }
   [[nodiscard]] md::step_t now() const override { return mgr_->now(); }
@@ -267,19 +264,16 @@ void bind_manager(py::module_& m) {
               mh.commit(plan);
               return py::none();
             }
-            if (py::isinstance<pool_type>(table)) {
-              if (!py::isinstance<py::str>(map) || map.cast<std::string>() != "identity")
-                raise_argument("id_map", "a BlockPool is keyed by the manager's ids: pass id_map='identity'");
-              return py::cast(mh.commit(plan, table.cast<pool_type&>()));
-            }
-            if (map.is_none()) raise_argument("id_map", "required with a table (a dict, a callable or 'identity')");
-            const auto ids = id_map_of(map);
-            if (py::isinstance<vllm_view>(table)) return py::cast(mh.commit(plan, table.cast<vllm_view&>().table, ids));
-            if (py::isinstance<sglang_view>(table))
-              return py::cast(mh.commit(plan, table.cast<sglang_view&>().table, ids));
-            if (py::isinstance<flashinfer_view>(table))
-              return py::cast(mh.commit(plan, table.cast<flashinfer_view&>().table, ids));
-            raise_argument("table", "expected a BlockPool, VllmBlockTable, SglangReqToToken or FlashInferCsr");
+            return with_table(table, "table", [&](auto& t) -> py::object {
+              if constexpr (std::is_same_v<std::decay_t<decltype(t)>, pool_type>) {
+                if (!py::isinstance<py::str>(map) || map.cast<std::string>() != "identity")
+                  raise_argument("id_map", "a BlockPool is keyed by the manager's ids: pass id_map='identity'");
+                return py::cast(mh.commit(plan, t));
+              } else {
+                if (map.is_none()) raise_argument("id_map", "required with a table (a dict, a callable or 'identity')");
+                return py::cast(mh.commit(plan, t, id_map_of(map)));
+              }
+            });
           },
           py::arg("plan"), py::arg("table") = py::none(), py::arg("id_map") = py::none(),
           "Phase 2, all or nothing: every plan checked against its sequence and the table first. Returns "

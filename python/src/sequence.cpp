@@ -16,6 +16,24 @@ void take(py::dict& kwargs, const char* key, T& out) {
   }
 }
 
+// Reads the choice `key` (one of `choices`, by name) into `out` when present, and removes it.
+template <class Enum>
+void take_choice(py::dict& kwargs, const char* key, const char* policy,
+                 std::initializer_list<std::pair<const char*, Enum>> choices, Enum& out) {
+  if (!kwargs.contains(key)) return;
+  const auto given = kwargs[key].cast<std::string>();
+  std::string known;
+  for (const auto& [name, value] : choices) {
+    if (given == name) {
+      out = value;
+      PyDict_DelItemString(kwargs.ptr(), key);
+      return;
+    }
+    known += (known.empty() ? "" : " or ") + std::string(name);
+  }
+  throw md::config_error(std::string(policy) + " " + key + " = '" + given + "' (" + known + ")");
+}
+
 void reject_rest(const py::dict& rest, const char* policy, const char* known) {
   if (rest.empty()) return;
   std::string names;
@@ -33,13 +51,8 @@ typename P<float>::params_type params_from(const py::dict& given) {
   typename P<float>::params_type p{};
   if constexpr (std::is_same_v<P<float>, pol::memdecay<float>>) {
     take(kw, "exp_free_scores", p.exp_free_scores);
-    if (kw.contains("aggregation")) {
-      const auto a = kw["aggregation"].cast<std::string>();
-      if (a != "mean" && a != "max") throw md::config_error("memdecay aggregation = '" + a + "' (mean or max)");
-      p.aggregation =
-          a == "max" ? pol::memdecay<float>::page_aggregation::max : pol::memdecay<float>::page_aggregation::mean;
-      PyDict_DelItemString(kw.ptr(), "aggregation");
-    }
+    using agg = pol::memdecay<float>::page_aggregation;
+    take_choice(kw, "aggregation", "memdecay", {{"mean", agg::mean}, {"max", agg::max}}, p.aggregation);
     reject_rest(kw, "memdecay", "exp_free_scores, aggregation");
   } else if constexpr (std::is_same_v<P<float>, pol::h2o<float>>) {
     take(kw, "recent_tokens", p.recent_tokens);
@@ -51,12 +64,8 @@ typename P<float>::params_type params_from(const py::dict& given) {
   } else if constexpr (std::is_same_v<P<float>, pol::snapkv<float>>) {
     take(kw, "window", p.window);
     take(kw, "kernel_size", p.kernel_size);
-    if (kw.contains("pooling")) {
-      const auto a = kw["pooling"].cast<std::string>();
-      if (a != "avg" && a != "max") throw md::config_error("snapkv pooling = '" + a + "' (avg or max)");
-      p.pool = a == "max" ? pol::snapkv<float>::pooling::max : pol::snapkv<float>::pooling::avg;
-      PyDict_DelItemString(kw.ptr(), "pooling");
-    }
+    using pooling = pol::snapkv<float>::pooling;
+    take_choice(kw, "pooling", "snapkv", {{"avg", pooling::avg}, {"max", pooling::max}}, p.pool);
     reject_rest(kw, "snapkv", "window, kernel_size, pooling");
   } else if constexpr (std::is_same_v<P<float>, pol::scissorhands<float>>) {
     take(kw, "history_window", p.history_window);
@@ -203,15 +212,10 @@ void bind_sequence(py::module_& m) {
               return py::none();
             }
             if (seq.is_none()) raise_argument("seq", "the table's id of this sequence is required with a table");
-            if (py::isinstance<pool_type>(table))
-              return py::cast(s.commit(plan, table.cast<pool_type&>(), seq.cast<std::uint64_t>()));
-            if (py::isinstance<vllm_view>(table))
-              return py::cast(s.commit(plan, table.cast<vllm_view&>().table, seq.cast<std::size_t>()));
-            if (py::isinstance<sglang_view>(table))
-              return py::cast(s.commit(plan, table.cast<sglang_view&>().table, seq.cast<std::size_t>()));
-            if (py::isinstance<flashinfer_view>(table))
-              return py::cast(s.commit(plan, table.cast<flashinfer_view&>().table, seq.cast<std::size_t>()));
-            raise_argument("table", "expected a BlockPool, VllmBlockTable, SglangReqToToken or FlashInferCsr");
+            return with_table(table, "table", [&](auto& t) -> py::object {
+              using id = typename std::decay_t<decltype(t)>::sequence_id;
+              return py::cast(s.commit(plan, t, seq.cast<id>()));
+            });
           },
           py::arg("plan"), py::arg("table") = py::none(), py::arg("seq") = py::none(),
           "Applies a plan (phase 2): to the table and the state together (returns the table's PageRemoval), or "

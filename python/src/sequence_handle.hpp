@@ -22,6 +22,7 @@
 #include <memdecay/exports/tensorrt_llm.hpp>
 #include <memdecay/policies/all.hpp>
 
+#include "policy_dispatch.hpp"
 #include "tables.hpp"
 
 namespace memdecay_python {
@@ -203,34 +204,6 @@ struct owned {
 template <class Seq, class Access>
 std::unique_ptr<sequence_handle> handle_impl<Seq, Access>::copy() const {
   return std::make_unique<handle_impl<Seq, owned<Seq>>>(owned<Seq>{std::make_shared<Seq>(get())});
-}
-
-/// The policies by name, with the type of each one's sequence.
-template <template <class> class P>
-using seq_of = md::policy_sequence<P>;
-
-/// Calls fn.template operator()<Policy>() for the policy named `name` (config_error for an unknown name).
-template <class Fn>
-decltype(auto) with_policy(const std::string& name, Fn&& fn) {
-  namespace pol = md::policies;
-  if (name == "memdecay") return fn.template operator()<pol::memdecay>();
-  if (name == "h2o") return fn.template operator()<pol::h2o>();
-  if (name == "streaming_llm") return fn.template operator()<pol::streaming_llm>();
-  if (name == "tova") return fn.template operator()<pol::tova>();
-  if (name == "snapkv") return fn.template operator()<pol::snapkv>();
-  if (name == "scissorhands") return fn.template operator()<pol::scissorhands>();
-  if (name == "norm_sum") return fn.template operator()<pol::norm_sum>();
-  if (name == "priority_lru") return fn.template operator()<pol::priority_lru>();
-  if (name == "random") return fn.template operator()<pol::random>();
-  throw md::config_error("policy = '" + name +
-                         "' (must be memdecay, h2o, streaming_llm, tova, snapkv, scissorhands, norm_sum, "
-                         "priority_lru or random)");
-}
-
-inline const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names = {"memdecay",     "h2o",      "streaming_llm", "tova",  "snapkv",
-                                                 "scissorhands", "norm_sum", "priority_lru",  "random"};
-  return names;
 }
 
 /// A policy's parameters from keyword arguments: every key must be one of the policy's (config_error naming it).

@@ -9,34 +9,47 @@ namespace md = memdecay;
 
 namespace {
 
-py::dict removal_dict(const md::page_removal<std::int32_t>& r) {
-  py::dict d;
-  d["removed"] = r.removed;
-  d["freed"] = r.freed ? py::cast(*r.freed) : py::none();
-  std::vector<std::pair<std::int64_t, std::int64_t>> slots;
-  for (const auto& s : r.slots) slots.emplace_back(s.begin, s.end);
-  d["slots"] = slots;
-  return d;
+using removal = md::page_removal<std::int32_t>;
+
+std::vector<std::pair<std::int64_t, std::int64_t>> slot_pairs(const removal& r) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& s : r.slots) out.emplace_back(s.begin, s.end);
+  return out;
+}
+
+// The members every view has, over its C++ table: `id` names the view's sequence id (row or request).
+template <class View, class Class>
+void def_view_members(Class& cls, const char* id) {
+  cls.def_property_readonly("page_size", [](const View& v) { return v.table.page_size(); })
+      .def(
+          "num_pages", [](const View& v, std::size_t r) { return v.table.num_pages(r); }, py::arg(id))
+      .def(
+          "page_at", [](const View& v, std::size_t r, std::size_t i) { return v.table.page_at(r, i); }, py::arg(id),
+          py::arg("index"))
+      .def("validate", [](const View& v) { v.table.validate(); })
+      .def(
+          "remove_pages",
+          [](View& v, std::size_t r, const py::object& pages) { return v.table.remove_pages(r, page_list(pages)); },
+          py::arg(id), py::arg("pages"));
 }
 
 }  // namespace
 
 void bind_tables(py::module_& m) {
-  py::class_<md::page_removal<std::int32_t>>(
+  py::class_<removal>(
       m, "PageRemoval",
       "What a removal did: `removed` (every removed page's id, logical order; drop one reference to each), "
       "`freed` (the removed pages no holder keeps any more, or None when the table does not own the reference "
       "counts: the views), `slots` (the removed pages' KV slots as merged [begin, end) ranges).")
-      .def_readonly("removed", &md::page_removal<std::int32_t>::removed)
-      .def_readonly("freed", &md::page_removal<std::int32_t>::freed)
-      .def_property_readonly("slots",
-                             [](const md::page_removal<std::int32_t>& r) {
-                               std::vector<std::pair<std::int64_t, std::int64_t>> out;
-                               for (const auto& s : r.slots) out.emplace_back(s.begin, s.end);
-                               return out;
-                             })
-      .def("__repr__", [](const md::page_removal<std::int32_t>& r) {
-        return "PageRemoval(" + py::repr(removal_dict(r)).cast<std::string>() + ")";
+      .def_readonly("removed", &removal::removed)
+      .def_readonly("freed", &removal::freed)
+      .def_property_readonly("slots", &slot_pairs)
+      .def("__repr__", [](const removal& r) {
+        py::dict d;
+        d["removed"] = r.removed;
+        d["freed"] = r.freed ? py::cast(*r.freed) : py::none();
+        d["slots"] = slot_pairs(r);
+        return "PageRemoval(" + py::repr(d).cast<std::string>() + ")";
       });
 
   py::class_<pool_type>(m, "BlockPool",
@@ -73,10 +86,11 @@ void bind_tables(py::module_& m) {
           py::arg("seq"), py::arg("pages"))
       .def("consistent", &pool_type::consistent);
 
-  py::class_<vllm_view>(m, "VllmBlockTable",
-                        "vLLM's padded block table [rows, max_blocks_per_row] and num_blocks_per_row [rows] (int32 "
-                        "NumPy arrays, edited in place). Sequence ids are rows.")
-      .def(py::init([](const py::object& block_ids, const py::object& num_blocks, std::size_t page_size,
+  py::class_<vllm_view> vllm(
+      m, "VllmBlockTable",
+      "vLLM's padded block table [rows, max_blocks_per_row] and num_blocks_per_row [rows] (int32 "
+      "NumPy arrays, edited in place). Sequence ids are rows.");
+  vllm.def(py::init([](const py::object& block_ids, const py::object& num_blocks, std::size_t page_size,
                        std::size_t num_pool_blocks) {
              auto ids = exact_array<std::int32_t>(block_ids, "block_ids", 2, true);
              auto counts = exact_array<std::int32_t>(num_blocks, "num_blocks_per_row", 1, true);
@@ -86,26 +100,16 @@ void bind_tables(py::module_& m) {
              return vllm_view(ids, counts, page_size, num_pool_blocks);
            }),
            py::arg("block_ids"), py::arg("num_blocks_per_row"), py::arg("page_size"), py::arg("num_pool_blocks"))
-      .def_property_readonly("page_size", [](const vllm_view& v) { return v.table.page_size(); })
       .def_property_readonly("num_rows", [](const vllm_view& v) { return v.table.num_rows(); })
       .def(
-          "num_pages", [](const vllm_view& v, std::size_t r) { return v.table.num_pages(r); }, py::arg("row"))
-      .def(
-          "page_at", [](const vllm_view& v, std::size_t r, std::size_t i) { return v.table.page_at(r, i); },
-          py::arg("row"), py::arg("index"))
-      .def(
-          "ref_count", [](const vllm_view& v, std::int32_t id) { return v.table.ref_count(id); }, py::arg("block"))
-      .def("validate", [](const vllm_view& v) { v.table.validate(); })
-      .def(
-          "remove_pages",
-          [](vllm_view& v, std::size_t r, const py::object& pages) {
-            return v.table.remove_pages(r, page_list(pages));
-          },
-          py::arg("row"), py::arg("pages"));
+          "ref_count", [](const vllm_view& v, std::int32_t id) { return v.table.ref_count(id); }, py::arg("block"));
+  def_view_members<vllm_view>(vllm, "row");
 
-  py::class_<sglang_view>(m, "SglangReqToToken",
-                          "SGLang's req_to_token [rows, max_context_len] (int32 slots) and the rows' lengths [rows] "
-                          "(int64), edited in place. Sequence ids are rows; a page's id is its first slot.")
+  py::class_<sglang_view> sglang(
+      m, "SglangReqToToken",
+      "SGLang's req_to_token [rows, max_context_len] (int32 slots) and the rows' lengths [rows] "
+      "(int64), edited in place. Sequence ids are rows; a page's id is its first slot.");
+  sglang
       .def(py::init([](const py::object& req_to_token, const py::object& seq_lens, std::size_t page_size,
                        std::size_t num_slots) {
              auto slots = exact_array<std::int32_t>(req_to_token, "req_to_token", 2, true);
@@ -116,26 +120,16 @@ void bind_tables(py::module_& m) {
              return sglang_view(slots, lens, page_size, num_slots);
            }),
            py::arg("req_to_token"), py::arg("seq_lens"), py::arg("page_size"), py::arg("num_slots"))
-      .def_property_readonly("page_size", [](const sglang_view& v) { return v.table.page_size(); })
       .def_property_readonly("num_rows", [](const sglang_view& v) { return v.table.num_rows(); })
       .def(
-          "num_pages", [](const sglang_view& v, std::size_t r) { return v.table.num_pages(r); }, py::arg("row"))
-      .def(
-          "seq_len", [](const sglang_view& v, std::size_t r) { return v.table.seq_len(r); }, py::arg("row"))
-      .def(
-          "page_at", [](const sglang_view& v, std::size_t r, std::size_t i) { return v.table.page_at(r, i); },
-          py::arg("row"), py::arg("index"))
-      .def("validate", [](const sglang_view& v) { v.table.validate(); })
-      .def(
-          "remove_pages",
-          [](sglang_view& v, std::size_t r, const py::object& pages) {
-            return v.table.remove_pages(r, page_list(pages));
-          },
-          py::arg("row"), py::arg("pages"));
+          "seq_len", [](const sglang_view& v, std::size_t r) { return v.table.seq_len(r); }, py::arg("row"));
+  def_view_members<sglang_view>(sglang, "row");
 
-  py::class_<flashinfer_view>(m, "FlashInferCsr",
-                              "FlashInfer's paged-KV CSR: indptr [batch + 1], indices (at least nnz entries), "
-                              "last_page_len [batch], all int32, edited in place. Sequence ids are requests.")
+  py::class_<flashinfer_view> flashinfer(
+      m, "FlashInferCsr",
+      "FlashInfer's paged-KV CSR: indptr [batch + 1], indices (at least nnz entries), "
+      "last_page_len [batch], all int32, edited in place. Sequence ids are requests.");
+  flashinfer
       .def(py::init([](const py::object& indptr, const py::object& indices, const py::object& last_page_len,
                        std::size_t page_size, std::size_t num_pool_pages) {
              return flashinfer_view(exact_array<std::int32_t>(indptr, "indptr", 1, true),
@@ -145,25 +139,14 @@ void bind_tables(py::module_& m) {
            }),
            py::arg("indptr"), py::arg("indices"), py::arg("last_page_len"), py::arg("page_size"),
            py::arg("num_pool_pages"))
-      .def_property_readonly("page_size", [](const flashinfer_view& v) { return v.table.page_size(); })
       .def_property_readonly("batch_size", [](const flashinfer_view& v) { return v.table.batch_size(); })
       .def_property_readonly("nnz", [](const flashinfer_view& v) { return v.table.nnz(); })
       .def(
-          "num_pages", [](const flashinfer_view& v, std::size_t r) { return v.table.num_pages(r); }, py::arg("request"))
-      .def(
           "kv_len", [](const flashinfer_view& v, std::size_t r) { return v.table.kv_len(r); }, py::arg("request"))
       .def(
-          "page_at", [](const flashinfer_view& v, std::size_t r, std::size_t i) { return v.table.page_at(r, i); },
-          py::arg("request"), py::arg("index"))
-      .def(
-          "ref_count", [](const flashinfer_view& v, std::int32_t id) { return v.table.ref_count(id); }, py::arg("page"))
-      .def("validate", [](const flashinfer_view& v) { v.table.validate(); })
-      .def(
-          "remove_pages",
-          [](flashinfer_view& v, std::size_t r, const py::object& pages) {
-            return v.table.remove_pages(r, page_list(pages));
-          },
-          py::arg("request"), py::arg("pages"));
+          "ref_count", [](const flashinfer_view& v, std::int32_t id) { return v.table.ref_count(id); },
+          py::arg("page"));
+  def_view_members<flashinfer_view>(flashinfer, "request");
 }
 
 }  // namespace memdecay_python

@@ -59,6 +59,17 @@ struct flashinfer_view {
               {last_page_len.data(), static_cast<std::size_t>(last_page_len.size())}, page_size, num_pool_pages) {}
 };
 
+/// Calls fn with the C++ table `obj` holds (the block pool, or a view's table); a ValueError naming `argument`
+/// for anything else. The commits of Sequence and Manager dispatch here.
+template <class Fn>
+decltype(auto) with_table(const py::handle& obj, const char* argument, Fn&& fn) {
+  if (py::isinstance<pool_type>(obj)) return fn(obj.cast<pool_type&>());
+  if (py::isinstance<vllm_view>(obj)) return fn(obj.cast<vllm_view&>().table);
+  if (py::isinstance<sglang_view>(obj)) return fn(obj.cast<sglang_view&>().table);
+  if (py::isinstance<flashinfer_view>(obj)) return fn(obj.cast<flashinfer_view&>().table);
+  raise_argument(argument, "expected a BlockPool, VllmBlockTable, SglangReqToToken or FlashInferCsr");
+}
+
 }  // namespace memdecay_python
 
 #endif  // MEMDECAY_PYTHON_TABLES_HPP

@@ -11,8 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <memdecay/core/sequence.hpp>
-#include <memdecay/policies/all.hpp>
+#include "../../src/policy_dispatch.hpp"
 
 namespace md = memdecay;
 using json = nlohmann::json;
@@ -56,11 +55,6 @@ json replay(Seq seq, const json& steps) {
   return out;
 }
 
-template <template <class> class P>
-json run(const md::config& cfg, const json& steps) {
-  return replay(md::policy_sequence<P>(cfg), steps);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,28 +67,12 @@ int main(int argc, char** argv) {
   const auto cfg = config_of(ep.at("config"));
   const auto policy = ep.at("policy").get<std::string>();
   const auto& steps = ep.at("steps");
-  namespace pol = md::policies;
   json out;
-  if (policy == "memdecay")
-    out = run<pol::memdecay>(cfg, steps);
-  else if (policy == "h2o")
-    out = run<pol::h2o>(cfg, steps);
-  else if (policy == "streaming_llm")
-    out = run<pol::streaming_llm>(cfg, steps);
-  else if (policy == "tova")
-    out = run<pol::tova>(cfg, steps);
-  else if (policy == "snapkv")
-    out = run<pol::snapkv>(cfg, steps);
-  else if (policy == "scissorhands")
-    out = run<pol::scissorhands>(cfg, steps);
-  else if (policy == "norm_sum")
-    out = run<pol::norm_sum>(cfg, steps);
-  else if (policy == "priority_lru")
-    out = run<pol::priority_lru>(cfg, steps);
-  else if (policy == "random")
-    out = run<pol::random>(cfg, steps);
-  else {
-    std::fprintf(stderr, "unknown policy %s\n", policy.c_str());
+  try {
+    out = memdecay_python::with_policy(
+        policy, [&]<template <class> class P>() { return replay(memdecay_python::seq_of<P>(cfg), steps); });
+  } catch (const md::config_error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
   std::cout << out.dump() << "\n";
