@@ -23,9 +23,13 @@
 #include <memdecay/core/region.hpp>
 #include <memdecay/detail/error.hpp>
 
+namespace memdecay_bindings {}
+
 namespace memdecay_python {
 
 namespace py = pybind11;
+// The policy-independent sequence and manager types (bindings/common) are shared with the C API.
+using namespace memdecay_bindings;
 
 void bind_errors(py::module_& m);
 void bind_config(py::module_& m);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exports: llama.cpp position ranges (llama_memory_seq_rm) and TensorRT-LLM token-range retention entries
 // (KvCacheRetentionConfig), as module functions over a Sequence or a config and its region spans.
-#include "sequence_handle.hpp"
+#include "common/sequence_handle.hpp"
+
+#include "bindings.hpp"
 
 namespace memdecay_python {
 

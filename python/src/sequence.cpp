@@ -3,94 +3,23 @@
 // scores and selects; the arrays it reads are held by the call.
 #include "sequence.hpp"
 
+#include <algorithm>
+
 namespace memdecay_python {
 
-namespace {
-
-// Reads `key` from kwargs into `out` when present, and removes it.
-template <class T>
-void take(py::dict& kwargs, const char* key, T& out) {
-  if (kwargs.contains(key)) {
-    out = kwargs[key].cast<T>();
-    PyDict_DelItemString(kwargs.ptr(), key);
+std::vector<std::string> kwargs_source::unused() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : kwargs_) {
+    auto key = py::str(k).cast<std::string>();
+    if (std::find(taken_.begin(), taken_.end(), key) == taken_.end()) out.push_back(std::move(key));
   }
-}
-
-// Reads the choice `key` (one of `choices`, by name) into `out` when present, and removes it.
-template <class Enum>
-void take_choice(py::dict& kwargs, const char* key, const char* policy,
-                 std::initializer_list<std::pair<const char*, Enum>> choices, Enum& out) {
-  if (!kwargs.contains(key)) return;
-  const auto given = kwargs[key].cast<std::string>();
-  std::string known;
-  for (const auto& [name, value] : choices) {
-    if (given == name) {
-      out = value;
-      PyDict_DelItemString(kwargs.ptr(), key);
-      return;
-    }
-    known += (known.empty() ? "" : " or ") + std::string(name);
-  }
-  throw md::config_error(std::string(policy) + " " + key + " = '" + given + "' (" + known + ")");
-}
-
-void reject_rest(const py::dict& rest, const char* policy, const char* known) {
-  if (rest.empty()) return;
-  std::string names;
-  for (const auto& [k, v] : rest) names += (names.empty() ? "" : ", ") + py::str(k).cast<std::string>();
-  throw md::config_error(std::string("policy ") + policy + " has no parameter " + names + " (its parameters: " + known +
-                         ")");
-}
-
-}  // namespace
-
-template <template <class> class P>
-typename P<float>::params_type params_from(const py::dict& given) {
-  namespace pol = md::policies;
-  py::dict kw(given);  // a copy: taken keys are removed from it
-  typename P<float>::params_type p{};
-  if constexpr (std::is_same_v<P<float>, pol::memdecay<float>>) {
-    take(kw, "exp_free_scores", p.exp_free_scores);
-    using agg = pol::memdecay<float>::page_aggregation;
-    take_choice(kw, "aggregation", "memdecay", {{"mean", agg::mean}, {"max", agg::max}}, p.aggregation);
-    reject_rest(kw, "memdecay", "exp_free_scores, aggregation");
-  } else if constexpr (std::is_same_v<P<float>, pol::h2o<float>>) {
-    take(kw, "recent_tokens", p.recent_tokens);
-    take(kw, "recent_fraction", p.recent_fraction);
-    reject_rest(kw, "h2o", "recent_tokens, recent_fraction");
-  } else if constexpr (std::is_same_v<P<float>, pol::streaming_llm<float>>) {
-    take(kw, "sink_tokens", p.sink_tokens);
-    reject_rest(kw, "streaming_llm", "sink_tokens");
-  } else if constexpr (std::is_same_v<P<float>, pol::snapkv<float>>) {
-    take(kw, "window", p.window);
-    take(kw, "kernel_size", p.kernel_size);
-    using pooling = pol::snapkv<float>::pooling;
-    take_choice(kw, "pooling", "snapkv", {{"avg", pooling::avg}, {"max", pooling::max}}, p.pool);
-    reject_rest(kw, "snapkv", "window, kernel_size, pooling");
-  } else if constexpr (std::is_same_v<P<float>, pol::scissorhands<float>>) {
-    take(kw, "history_window", p.history_window);
-    take(kw, "recent_tokens", p.recent_tokens);
-    reject_rest(kw, "scissorhands", "history_window, recent_tokens");
-  } else if constexpr (std::is_same_v<P<float>, pol::priority_lru<float>>) {
-    take(kw, "region_priority", p.region_priority);
-    take(kw, "refresh_threshold", p.refresh_threshold);
-    reject_rest(kw, "priority_lru", "region_priority, refresh_threshold");
-  } else if constexpr (std::is_same_v<P<float>, pol::random<float>>) {
-    take(kw, "seed", p.seed);
-    reject_rest(kw, "random", "seed");
-  } else {
-    reject_rest(kw, std::string(P<float>::name).c_str(), "none");
-  }
-  return p;
+  return out;
 }
 
 std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,
                                                const py::dict& params) {
-  return with_policy(policy, [&]<template <class> class P>() -> std::shared_ptr<sequence_handle> {
-    using S = seq_of<P>;
-    auto seq = std::make_shared<S>(cfg, params_from<P>(params));
-    return std::make_shared<handle_impl<S, owned<S>>>(owned<S>{std::move(seq)});
-  });
+  kwargs_source source(params);
+  return memdecay_bindings::make_sequence(policy, cfg, source);
 }
 
 void bind_sequence(py::module_& m) {

@@ -6,9 +6,34 @@
 #include <memory>
 #include <string>
 
-#include "sequence_handle.hpp"
+#include "common/sequence_handle.hpp"
+
+#include "bindings.hpp"
+#include "tables.hpp"
 
 namespace memdecay_python {
+
+/// A policy's parameters from Python keyword arguments (a bool, int, float, str or list of int each).
+class kwargs_source final : public param_source {
+ public:
+  explicit kwargs_source(const py::dict& kwargs) : kwargs_(kwargs) {}
+  void take(const std::string& key, bool& out) override { take_as(key, out); }
+  void take(const std::string& key, std::uint64_t& out) override { take_as(key, out); }
+  void take(const std::string& key, double& out) override { take_as(key, out); }
+  void take(const std::string& key, std::string& out) override { take_as(key, out); }
+  void take(const std::string& key, std::vector<int>& out) override { take_as(key, out); }
+  [[nodiscard]] std::vector<std::string> unused() const override;
+
+ private:
+  template <class T>
+  void take_as(const std::string& key, T& out) {
+    if (!kwargs_.contains(key)) return;
+    out = kwargs_[py::str(key)].cast<T>();
+    taken_.push_back(key);
+  }
+  const py::dict& kwargs_;
+  std::vector<std::string> taken_;
+};
 
 /// A new sequence of `policy` (config_error for an unknown policy or parameter).
 std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,

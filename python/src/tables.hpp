@@ -13,10 +13,9 @@
 #include <memdecay/page_tables/vllm_block_table.hpp>
 
 #include "bindings.hpp"
+#include "common/sequence_handle.hpp"
 
 namespace memdecay_python {
-
-using pool_type = memdecay::block_pool<std::int32_t, std::uint64_t>;
 
 /// vLLM's padded block table [rows, max_blocks_per_row] and num_blocks_per_row [rows], both int32.
 struct vllm_view {

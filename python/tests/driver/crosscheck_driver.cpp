@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../src/policy_dispatch.hpp"
+#include "common/policy_dispatch.hpp"
 
 namespace md = memdecay;
 using json = nlohmann::json;
@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
   const auto& steps = ep.at("steps");
   json out;
   try {
-    out = memdecay_python::with_policy(
-        policy, [&]<template <class> class P>() { return replay(memdecay_python::seq_of<P>(cfg), steps); });
+    out = memdecay_bindings::with_policy(
+        policy, [&]<template <class> class P>() { return replay(memdecay_bindings::seq_of<P>(cfg), steps); });
   } catch (const md::config_error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// One Python Sequence class for every policy: sequence_handle is the interface, handle_impl<Policy> implements it
-// over memdecay::policy_sequence<Policy> (the one evictor), and make_sequence builds one from a policy name and
-// its parameters. A handle owns its sequence, or refers to one a Manager owns (looked up by id on every call, so
-// a closed sequence is a UsageError, never a dangling reference).
-#ifndef MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
-#define MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
+// One sequence type for every policy, for the bindings (Python, C): sequence_handle is the interface,
+// handle_impl<Seq, Access> implements it over memdecay::policy_sequence<Policy> (the one evictor), and
+// make_sequence builds one from a policy name and its parameters. A handle owns its sequence, or refers to one a
+// manager owns (looked up by id on every call, so a closed sequence is a usage_error, never a dangling reference).
+#ifndef MEMDECAY_BINDINGS_COMMON_SEQUENCE_HANDLE_HPP
+#define MEMDECAY_BINDINGS_COMMON_SEQUENCE_HANDLE_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -20,15 +20,20 @@
 #include <memdecay/core/sequence.hpp>
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/page_tables/flashinfer_csr.hpp>
+#include <memdecay/page_tables/sglang_req_to_token.hpp>
+#include <memdecay/page_tables/vllm_block_table.hpp>
 #include <memdecay/policies/all.hpp>
 
 #include "policy_dispatch.hpp"
-#include "tables.hpp"
+#include "policy_params.hpp"
 
-namespace memdecay_python {
+namespace memdecay_bindings {
 
 namespace md = memdecay;
 using plan_type = md::eviction_plan<float>;
+using pool_type = md::block_pool<std::int32_t, std::uint64_t>;
 
 /// A page's score broken down (MemDecay only).
 struct page_breakdown {
@@ -206,10 +211,16 @@ std::unique_ptr<sequence_handle> handle_impl<Seq, Access>::copy() const {
   return std::make_unique<handle_impl<Seq, owned<Seq>>>(owned<Seq>{std::make_shared<Seq>(get())});
 }
 
-/// A policy's parameters from keyword arguments: every key must be one of the policy's (config_error naming it).
-template <template <class> class P>
-typename P<float>::params_type params_from(const py::dict& kwargs);
+/// A new sequence of `policy` (config_error for an unknown policy or parameter).
+inline std::unique_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,
+                                                      param_source& params) {
+  return with_policy(policy, [&]<template <class> class P>() -> std::unique_ptr<sequence_handle> {
+    using S = seq_of<P>;
+    auto seq = std::make_shared<S>(cfg, params_from<P>(params));
+    return std::make_unique<handle_impl<S, owned<S>>>(owned<S>{std::move(seq)});
+  });
+}
 
-}  // namespace memdecay_python
+}  // namespace memdecay_bindings
 
-#endif  // MEMDECAY_PYTHON_SEQUENCE_HANDLE_HPP
+#endif  // MEMDECAY_BINDINGS_COMMON_SEQUENCE_HANDLE_HPP

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shipped policies by name, without pybind11: the Python module builds sequences and managers through it, and
-// the cross-check driver (tests/driver/crosscheck_driver.cpp) replays episodes through the same table.
-#ifndef MEMDECAY_PYTHON_POLICY_DISPATCH_HPP
-#define MEMDECAY_PYTHON_POLICY_DISPATCH_HPP
+// The shipped policies by name, for the bindings: the Python module and the C API build sequences and managers
+// through it, and the Python cross-check driver (python/tests/driver) replays episodes through the same table.
+#ifndef MEMDECAY_BINDINGS_COMMON_POLICY_DISPATCH_HPP
+#define MEMDECAY_BINDINGS_COMMON_POLICY_DISPATCH_HPP
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include <memdecay/detail/error.hpp>
 #include <memdecay/policies/all.hpp>
 
-namespace memdecay_python {
+namespace memdecay_bindings {
 
 namespace md = memdecay;
 
@@ -45,6 +45,6 @@ decltype(auto) with_policy(const std::string& name, Fn&& fn) {
   throw md::config_error("policy = '" + name + "' (must be " + known + ")");
 }
 
-}  // namespace memdecay_python
+}  // namespace memdecay_bindings
 
-#endif  // MEMDECAY_PYTHON_POLICY_DISPATCH_HPP
+#endif  // MEMDECAY_BINDINGS_COMMON_POLICY_DISPATCH_HPP
