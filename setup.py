@@ -24,6 +24,7 @@ class CMakeBuild(build_ext):
             "cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython3_EXECUTABLE={sys.executable}", "-DMEMDECAY_BUILD_TESTS=OFF", "-DMEMDECAY_BUILD_BENCHMARKS=OFF",
             "-DMEMDECAY_BUILD_EXAMPLES=OFF", "-DMEMDECAY_BUILD_TOOLS=OFF", "-DMEMDECAY_INSTALL=OFF",
+            "-DMEMDECAY_BUILD_C=OFF",
         ])
         subprocess.check_call(["cmake", "--build", str(build), "--target", "memdecay_python",
                                "-j", str(os.cpu_count() or 1)])

@@ -53,6 +53,7 @@ class manager_handle {
   [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary(std::uint64_t id) const = 0;
   [[nodiscard]] virtual std::uint64_t prefix_cacheable_tokens(std::uint64_t id) const = 0;
   [[nodiscard]] virtual global_plan select_global(std::size_t pages_to_free) const = 0;
+  virtual void check_commit(const global_plan& plan) const = 0;
   virtual void commit(const global_plan& plan) = 0;
   virtual removals commit(const global_plan& plan, pool_type& table) = 0;
   virtual removals commit(const global_plan& plan, md::vllm_block_table& table, const id_map& map) = 0;
@@ -126,6 +127,7 @@ class manager_impl final : public manager_handle {
   [[nodiscard]] global_plan select_global(std::size_t pages_to_free) const override {
     return mgr_->select_global(pages_to_free);
   }
+  void check_commit(const global_plan& plan) const override { mgr_->check_commit(plan); }
   void commit(const global_plan& plan) override { mgr_->commit(plan); }
   removals commit(const global_plan& plan, pool_type& table) override {
     return mgr_->commit(plan, table, md::identity_id{});

@@ -25,6 +25,7 @@ namespace md = memdecay;
 class param_source {
  public:
   virtual ~param_source() = default;
+  [[nodiscard]] virtual bool has(const std::string& key) const = 0;
   virtual void take(const std::string& key, bool& out) = 0;
   virtual void take(const std::string& key, std::uint64_t& out) = 0;
   virtual void take(const std::string& key, double& out) = 0;
@@ -83,9 +84,9 @@ typename P<float>::params_type params_from(param_source& source) {
     known += (known.empty() ? "" : ", ") + std::string(key);
     using M = std::remove_cvref_t<decltype(member)>;
     if constexpr (requires { member.values; }) {
+      if (!source.has(key)) return;
       std::string given;
       source.take(key, given);
-      if (given.empty()) return;
       std::string names;
       for (const auto& [name, value] : member.values) {
         if (given == name) {

@@ -60,6 +60,9 @@ class sequence_handle {
   [[nodiscard]] virtual plan_type select(std::size_t k, std::span<const std::size_t> caller_protected) const = 0;
   [[nodiscard]] virtual plan_type select_for_budget(std::span<const std::size_t> caller_protected) const = 0;
   [[nodiscard]] virtual std::size_t pages_wanted_by_budget() const = 0;
+  /// Whether a manager owns the sequence (then its commits go through the manager).
+  [[nodiscard]] virtual bool managed() const = 0;
+  virtual void check_commit(const plan_type& plan) const = 0;
   virtual void commit(const plan_type& plan) = 0;
   virtual md::page_removal<std::int32_t> commit(const plan_type& plan, pool_type& table, std::uint64_t seq) = 0;
   virtual md::page_removal<std::int32_t> commit(const plan_type& plan, md::vllm_block_table& table,
@@ -128,6 +131,8 @@ class handle_impl final : public sequence_handle {
     return get().select_for_budget(prot);
   }
   [[nodiscard]] std::size_t pages_wanted_by_budget() const override { return get().pages_wanted_by_budget(); }
+  [[nodiscard]] bool managed() const override { return get().managed(); }
+  void check_commit(const plan_type& plan) const override { get().check_commit(plan); }
   void commit(const plan_type& plan) override { get().commit(plan); }
   md::page_removal<std::int32_t> commit(const plan_type& plan, pool_type& table, std::uint64_t seq) override {
     return get().commit(plan, table, seq);

@@ -17,6 +17,7 @@ namespace memdecay_python {
 class kwargs_source final : public param_source {
  public:
   explicit kwargs_source(const py::dict& kwargs) : kwargs_(kwargs) {}
+  [[nodiscard]] bool has(const std::string& key) const override { return kwargs_.contains(key); }
   void take(const std::string& key, bool& out) override { take_as(key, out); }
   void take(const std::string& key, std::uint64_t& out) override { take_as(key, out); }
   void take(const std::string& key, double& out) override { take_as(key, out); }

@@ -503,6 +503,11 @@ class basic_manager {
     }
     return removals;
   }
+  /// Throws what commit(plan) would throw, changing nothing: for an engine that removes the pages itself between
+  /// the check and the state-only commit (the C API's commit with a callback).
+  void check_commit(const global_plan_type& plan) const {
+    for (const auto& [id, p] : plan.plans) check_commit(id, p);
+  }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
   /// changing nothing, if any plan is stale or names a page protected for this step.
   void commit(const global_plan_type& plan) {

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay_manager (many sequences of one policy) and global plans.
+#include <map>
+
+#include "handles.hpp"
+#include "text_params.hpp"
+
+namespace memdecay_c {
+namespace {
+
+std::string* error_of(const memdecay_manager* m) { return m ? &const_cast<memdecay_manager*>(m)->error : nullptr; }
+
+template <class Fn>
+memdecay_status on_manager(const memdecay_manager* m, Fn&& fn) {
+  return guarded(error_of(m), [&] { fn(*require(m, "manager")->handle); });
+}
+
+const global_plan& plan_of(const memdecay_global_plan* p) { return require(p, "plan")->plan; }
+
+memdecay_victim_reason reason_of(md::eviction_reason r) {
+  switch (r) {
+    case md::eviction_reason::sequence_budget: return MEMDECAY_VICTIM_SEQUENCE_BUDGET;
+    case md::eviction_reason::global_budget: return MEMDECAY_VICTIM_GLOBAL_BUDGET;
+    case md::eviction_reason::requested: return MEMDECAY_VICTIM_REQUESTED;
+  }
+  return MEMDECAY_VICTIM_REQUESTED;
+}
+
+// The explicit map from the manager's ids to the table's rows: usage_error for an id it does not name.
+memdecay_bindings::id_map rows_of(const uint64_t* ids, const uint64_t* rows, std::size_t count) {
+  if (count == 0 && !ids && !rows) return [](std::uint64_t id) { return static_cast<std::size_t>(id); };
+  std::map<std::uint64_t, std::size_t> map;
+  const auto i = array_of(ids, count, "ids");
+  const auto r = array_of(rows, count, "rows");
+  for (std::size_t k = 0; k < count; ++k)
+    if (!map.emplace(i[k], static_cast<std::size_t>(r[k])).second)
+      throw md::usage_error("ids[" + std::to_string(k) + "] = " + std::to_string(i[k]) + " is given twice");
+  return [map = std::move(map)](std::uint64_t id) {
+    auto it = map.find(id);
+    if (it == map.end()) throw md::usage_error("the row map has no row for sequence " + std::to_string(id));
+    return it->second;
+  };
+}
+
+}  // namespace
+}  // namespace memdecay_c
+
+using namespace memdecay_c;
+
+extern "C" {
+
+memdecay_status memdecay_manager_create(const char* policy, size_t page_size, size_t global_high, size_t global_low,
+                                        memdecay_manager** out) {
+  return guarded(nullptr, [&] {
+    require(out, "out");
+    md::manager_config cfg{.page_size = page_size};
+    if (global_high) cfg.global = md::global_budget::pages(global_high, global_low);
+    cfg.global.validate();
+    auto handle = memdecay_bindings::with_policy(require(policy, "policy"),
+                                                 [&]<template <class> class P>() -> std::shared_ptr<manager_handle> {
+                                                   return std::make_shared<memdecay_bindings::manager_impl<P>>(cfg);
+                                                 });
+    *out = new memdecay_manager{std::move(handle), {}};
+  });
+}
+
+void memdecay_manager_destroy(memdecay_manager* manager) { delete manager; }
+
+const char* memdecay_manager_last_error(const memdecay_manager* manager) {
+  return manager ? manager->error.c_str() : "";
+}
+
+memdecay_status memdecay_manager_open(memdecay_manager* manager, uint64_t id, const memdecay_config* config,
+                                      const char* params, memdecay_sequence** out) {
+  return on_manager(manager, [&](manager_handle& m) {
+    text_params source(params);
+    const md::config& cfg = require(config, "config")->config;
+    // The handle is allocated before the sequence opens, so that nothing can fail once it is open.
+    std::unique_ptr<memdecay_sequence> handle;
+    if (out) handle.reset(new memdecay_sequence{nullptr, m.policy(), {}});
+    auto seq = m.open(id, cfg, source);
+    if (handle) {
+      handle->handle = std::move(seq);
+      *out = handle.release();
+    }
+  });
+}
+
+memdecay_status memdecay_manager_sequence(memdecay_manager* manager, uint64_t id, memdecay_sequence** out) {
+  return on_manager(manager, [&](manager_handle& m) {
+    require(out, "out");
+    *out = wrap_sequence(m.at(id));
+  });
+}
+
+memdecay_status memdecay_manager_fork(memdecay_manager* manager, uint64_t parent, uint64_t child,
+                                      memdecay_table* pool) {
+  return on_manager(manager, [&](manager_handle& m) {
+    pool_type* p = nullptr;
+    if (pool) {
+      p = std::get_if<pool_type>(&pool->table);
+      if (!p) raise(MEMDECAY_INVALID_ARGUMENT, "pool: fork takes the owning block pool (or NULL), not a view");
+    }
+    (void)m.fork(parent, child, p);
+  });
+}
+
+memdecay_status memdecay_manager_close(memdecay_manager* manager, uint64_t id) {
+  return on_manager(manager, [&](manager_handle& m) { m.close(id); });
+}
+
+memdecay_status memdecay_manager_advance_to(memdecay_manager* manager, uint32_t step) {
+  return on_manager(manager, [&](manager_handle& m) { m.advance_to(step); });
+}
+
+memdecay_status memdecay_manager_protect_pages(memdecay_manager* manager, uint64_t id, const size_t* pages,
+                                               size_t count) {
+  return on_manager(manager, [&](manager_handle& m) { m.protect_pages(id, array_of(pages, count, "pages")); });
+}
+
+memdecay_status memdecay_manager_protect_tail_tokens(memdecay_manager* manager, uint64_t id, size_t tokens) {
+  return on_manager(manager, [&](manager_handle& m) { m.protect_tail_tokens(id, tokens); });
+}
+
+memdecay_status memdecay_manager_clear_protections(memdecay_manager* manager) {
+  return on_manager(manager, [&](manager_handle& m) { m.clear_protections(); });
+}
+
+memdecay_status memdecay_manager_set_shared(memdecay_manager* manager, uint64_t id, const size_t* pages, size_t count,
+                                            int shared) {
+  return on_manager(manager,
+                    [&](manager_handle& m) { m.set_shared(id, array_of(pages, count, "pages"), shared != 0); });
+}
+
+memdecay_status memdecay_manager_get_info(const memdecay_manager* manager, memdecay_manager_info* info) {
+  return on_manager(manager, [&](manager_handle& m) {
+    *require(info, "info") = memdecay_manager_info{
+        m.ids().size(), m.resident_pages(), m.reclaimable_pages(), m.physical_pages(), m.now(), m.digest()};
+  });
+}
+
+memdecay_status memdecay_manager_ids(const memdecay_manager* manager, uint64_t* ids, size_t capacity, size_t* count) {
+  return on_manager(manager, [&](manager_handle& m) {
+    const auto all = m.ids();
+    copy_out(std::vector<uint64_t>(all.begin(), all.end()), ids, capacity, count, "ids");
+  });
+}
+
+memdecay_status memdecay_manager_select_global(const memdecay_manager* manager, size_t pages_to_free,
+                                               memdecay_global_plan** out) {
+  return on_manager(manager, [&](manager_handle& m) {
+    require(out, "out");
+    auto* p = new memdecay_global_plan{m.select_global(pages_to_free), {}};
+    try {
+      p->victims.reserve(p->plan.victims.size());
+      for (const auto& v : p->plan.victims)
+        p->victims.push_back({v.sequence, v.page, v.score, v.shared ? 1 : 0, reason_of(v.reason)});
+    } catch (...) {
+      delete p;
+      throw;
+    }
+    *out = p;
+  });
+}
+
+memdecay_status memdecay_manager_commit(memdecay_manager* manager, const memdecay_global_plan* plan) {
+  return on_manager(manager, [&](manager_handle& m) { m.commit(plan_of(plan)); });
+}
+
+memdecay_status memdecay_manager_commit_with(memdecay_manager* manager, const memdecay_global_plan* plan,
+                                             memdecay_remove_sequence_pages_fn remove, void* user_data) {
+  return on_manager(manager, [&](manager_handle& m) {
+    const global_plan& p = plan_of(plan);
+    require(remove, "remove");
+    m.check_commit(p);
+    std::vector<std::uint64_t> sequences;
+    std::vector<std::size_t> pages;
+    for (const auto& [id, seq_plan] : p.plans) {
+      sequences.insert(sequences.end(), seq_plan.pages.size(), id);
+      pages.insert(pages.end(), seq_plan.pages.begin(), seq_plan.pages.end());
+    }
+    if (const int rc = remove(user_data, sequences.data(), pages.data(), pages.size()); rc != 0)
+      raise(MEMDECAY_CALLBACK_ERROR,
+            "commit: the engine's remove callback returned " + std::to_string(rc) + "; nothing was committed");
+    m.commit(p);  // usage_error (stale) if the callback changed a sequence
+  });
+}
+
+memdecay_status memdecay_manager_commit_to_table(memdecay_manager* manager, const memdecay_global_plan* plan,
+                                                 memdecay_table* table, const uint64_t* ids, const uint64_t* rows,
+                                                 size_t num_rows, uint64_t* removal_ids, memdecay_removal** removals,
+                                                 size_t capacity, size_t* count) {
+  return on_manager(manager, [&](manager_handle& m) {
+    const global_plan& p = plan_of(plan);
+    memdecay_table& t = *require(table, "table");
+    if ((removal_ids == nullptr) != (removals == nullptr))
+      raise(MEMDECAY_INVALID_ARGUMENT, "removal_ids and removals: give both or neither");
+    if (removals && capacity < p.plans.size())
+      raise(MEMDECAY_BUFFER_TOO_SMALL, "removals: capacity " + std::to_string(capacity) + ", " +
+                                           std::to_string(p.plans.size()) + " needed (checked before committing)");
+    const bool identity = num_rows == 0 && !ids && !rows;
+    auto map = rows_of(ids, rows, num_rows);
+    // The removals are allocated first, so that nothing can fail after the commit.
+    std::vector<std::unique_ptr<memdecay_removal>> made(removals ? p.plans.size() : 0);
+    for (auto& r : made) r = std::make_unique<memdecay_removal>();
+    auto done = with_table(t, [&](auto& tab) {
+      using T = std::decay_t<decltype(tab)>;
+      if constexpr (std::is_same_v<T, pool_type>) {
+        if (!identity)
+          raise(MEMDECAY_INVALID_ARGUMENT, "ids/rows: the block pool is keyed by the manager's ids (pass NULL, 0)");
+        return m.commit(p, tab);
+      } else {
+        return m.commit(p, tab, map);
+      }
+    });
+    if (count) *count = done.size();
+    if (!removals) return;
+    std::size_t k = 0;
+    for (auto& [id, r] : done) {
+      removal_ids[k] = id;
+      made[k]->removal = std::move(r);
+      removals[k] = made[k].release();
+      ++k;
+    }
+  });
+}
+
+memdecay_global_plan_view memdecay_global_plan_get(const memdecay_global_plan* plan) {
+  if (!plan) return memdecay_global_plan_view{};
+  return {plan->victims.data(), plan->victims.size(), plan->plan.pages_freed, plan->plan.pages_short,
+          plan->plan.digest()};
+}
+
+void memdecay_global_plan_destroy(memdecay_global_plan* plan) { delete plan; }
+
+}  // extern "C"

@@ -1,0 +1,262 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay_sequence (any policy, owned or a manager's), plans, and the llama.cpp and TensorRT-LLM exports.
+#include <Eigen/Core>
+
+#include "handles.hpp"
+#include "text_params.hpp"
+
+namespace memdecay_c {
+namespace {
+
+std::string* error_of(const memdecay_sequence* s) { return s ? &const_cast<memdecay_sequence*>(s)->error : nullptr; }
+
+sequence_handle& handle_of(const memdecay_sequence* s) { return *require(s, "sequence")->handle; }
+
+const plan_type& plan_of(const memdecay_plan* p) { return require(p, "plan")->plan; }
+
+// Runs fn(handle) with the sequence's errors recorded on it.
+template <class Fn>
+memdecay_status on_sequence(const memdecay_sequence* s, Fn&& fn) {
+  return guarded(error_of(s), [&] { fn(handle_of(s)); });
+}
+
+void set_if(std::size_t* out, std::size_t value) {
+  if (out) *out = value;
+}
+
+void emit_plan(memdecay_plan** out, plan_type plan) {
+  require(out, "out");
+  *out = new memdecay_plan{std::move(plan)};
+}
+
+}  // namespace
+
+memdecay_sequence* wrap_sequence(std::shared_ptr<sequence_handle> handle) {
+  auto policy = handle->policy();
+  return new memdecay_sequence{std::move(handle), std::move(policy), {}};
+}
+
+}  // namespace memdecay_c
+
+using namespace memdecay_c;
+
+extern "C" {
+
+memdecay_status memdecay_sequence_create(const memdecay_config* config, const char* policy, const char* params,
+                                         memdecay_sequence** out) {
+  return guarded(nullptr, [&] {
+    require(out, "out");
+    text_params source(params);
+    auto handle =
+        memdecay_bindings::make_sequence(require(policy, "policy"), require(config, "config")->config, source);
+    *out = wrap_sequence(std::move(handle));
+  });
+}
+
+memdecay_status memdecay_sequence_copy(const memdecay_sequence* sequence, memdecay_sequence** out) {
+  return guarded(nullptr, [&] {
+    require(out, "out");
+    *out = wrap_sequence(handle_of(sequence).copy());
+  });
+}
+
+void memdecay_sequence_destroy(memdecay_sequence* sequence) { delete sequence; }
+
+const char* memdecay_sequence_last_error(const memdecay_sequence* sequence) {
+  return sequence ? sequence->error.c_str() : "";
+}
+
+const char* memdecay_sequence_policy(const memdecay_sequence* sequence) {
+  return sequence ? sequence->policy.c_str() : "";
+}
+
+memdecay_status memdecay_sequence_append(memdecay_sequence* sequence, uint8_t region, size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.append(region, count); });
+}
+
+memdecay_status memdecay_sequence_append_tokens(memdecay_sequence* sequence, const uint8_t* labels, size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.append_tokens(array_of(labels, count, "labels")); });
+}
+
+memdecay_status memdecay_sequence_advance_to(memdecay_sequence* sequence, uint32_t step) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.advance_to(step); });
+}
+
+memdecay_status memdecay_sequence_observe_tokens(memdecay_sequence* sequence, const float* mass, size_t count,
+                                                 size_t* refreshed) {
+  return on_sequence(sequence,
+                     [&](sequence_handle& s) { set_if(refreshed, s.observe_tokens(array_of(mass, count, "mass"))); });
+}
+
+memdecay_status memdecay_sequence_observe_pages(memdecay_sequence* sequence, const float* mass, size_t count,
+                                                size_t* refreshed) {
+  return on_sequence(sequence,
+                     [&](sequence_handle& s) { set_if(refreshed, s.observe_pages(array_of(mass, count, "mass"))); });
+}
+
+memdecay_status memdecay_sequence_observe_heads(memdecay_sequence* sequence, const float* mass, size_t heads,
+                                                size_t tokens, memdecay_head_reduction how, size_t* refreshed) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    std::size_t n = 0;
+    if (__builtin_mul_overflow(heads, tokens, &n)) throw md::input_error("mass: heads x tokens overflows size_t");
+    array_of(mass, n, "mass");
+    if (how != MEMDECAY_HEADS_SUM && how != MEMDECAY_HEADS_MEAN)
+      raise(MEMDECAY_INVALID_ARGUMENT,
+            "how = " + std::to_string(static_cast<int>(how)) + " (MEMDECAY_HEADS_SUM or MEMDECAY_HEADS_MEAN)");
+    const auto r = how == MEMDECAY_HEADS_SUM ? md::head_reduction::sum : md::head_reduction::mean;
+    set_if(refreshed, s.observe_heads(mass, heads, tokens, r));
+  });
+}
+
+memdecay_status memdecay_sequence_select(const memdecay_sequence* sequence, size_t k, const size_t* protect,
+                                         size_t num_protect, memdecay_plan** out) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    require(out, "out");
+    emit_plan(out, s.select(k, array_of(protect, num_protect, "protect")));
+  });
+}
+
+memdecay_status memdecay_sequence_select_for_budget(const memdecay_sequence* sequence, const size_t* protect,
+                                                    size_t num_protect, memdecay_plan** out) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    require(out, "out");
+    emit_plan(out, s.select_for_budget(array_of(protect, num_protect, "protect")));
+  });
+}
+
+memdecay_status memdecay_sequence_plan_pages(const memdecay_sequence* sequence, const size_t* pages, size_t count,
+                                             memdecay_plan** out) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    require(out, "out");
+    const auto victims = array_of(pages, count, "pages");
+    plan_type plan;
+    plan.page_size = s.page_size();
+    plan.generation = s.generation();
+    plan.requested = count;
+    const auto scores = s.page_scores();
+    for (std::size_t k = 0; k < victims.size(); ++k) {
+      if (victims[k] >= scores.size())
+        throw md::usage_error("pages[" + std::to_string(k) + "] = " + std::to_string(victims[k]) +
+                              ": the sequence has " + std::to_string(scores.size()) + " pages");
+      plan.pages.push_back(victims[k]);
+      plan.scores.push_back(scores[victims[k]]);
+    }
+    s.check_commit(plan);  // ascending, evictable: rejected here rather than at the commit
+    emit_plan(out, std::move(plan));
+  });
+}
+
+memdecay_status memdecay_sequence_pages_wanted_by_budget(const memdecay_sequence* sequence, size_t* pages) {
+  return on_sequence(sequence, [&](sequence_handle& s) { *require(pages, "pages") = s.pages_wanted_by_budget(); });
+}
+
+memdecay_status memdecay_sequence_commit(memdecay_sequence* sequence, const memdecay_plan* plan) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.commit(plan_of(plan)); });
+}
+
+memdecay_status memdecay_sequence_commit_with(memdecay_sequence* sequence, const memdecay_plan* plan,
+                                              memdecay_remove_pages_fn remove, void* user_data) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const plan_type& p = plan_of(plan);
+    require(remove, "remove");
+    if (s.managed())
+      throw md::usage_error("commit: this sequence is owned by a manager; commit through memdecay_manager_commit*");
+    s.check_commit(p);
+    if (const int rc = remove(user_data, p.pages.data(), p.pages.size()); rc != 0)
+      raise(MEMDECAY_CALLBACK_ERROR,
+            "commit: the engine's remove callback returned " + std::to_string(rc) + "; nothing was committed");
+    s.commit(p);  // usage_error (stale) if the callback changed the sequence
+  });
+}
+
+memdecay_status memdecay_sequence_commit_to_table(memdecay_sequence* sequence, const memdecay_plan* plan,
+                                                  memdecay_table* table, uint64_t row, memdecay_removal** removal) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const plan_type& p = plan_of(plan);
+    // The removal is allocated first, so that nothing can fail after the commit.
+    std::unique_ptr<memdecay_removal> out;
+    if (removal) out = std::make_unique<memdecay_removal>();
+    auto done = with_table(*require(table, "table"), [&](auto& t) {
+      using T = std::decay_t<decltype(t)>;
+      return s.commit(p, t, static_cast<typename T::sequence_id>(row));
+    });
+    if (out) {
+      out->removal = std::move(done);
+      *removal = out.release();
+    }
+  });
+}
+
+memdecay_status memdecay_sequence_get_info(const memdecay_sequence* sequence, memdecay_sequence_info* info) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    memdecay_sequence_info& i = *require(info, "info");
+    const auto boundary = s.prefix_cache_boundary();
+    i = memdecay_sequence_info{s.kv_len(), s.num_pages(),  s.page_size(), s.logical_len(),  s.evicted_tokens(),
+                               s.now(),    s.generation(), s.digest(),    boundary ? 1 : 0, boundary.value_or(0)};
+  });
+}
+
+memdecay_status memdecay_sequence_page_scores(const memdecay_sequence* sequence, float* scores, size_t capacity,
+                                              size_t* count) {
+  return on_sequence(sequence,
+                     [&](sequence_handle& s) { copy_out(s.page_scores(), scores, capacity, count, "scores"); });
+}
+
+memdecay_status memdecay_sequence_positions(const memdecay_sequence* sequence, uint64_t* positions, size_t capacity,
+                                            size_t* count) {
+  return on_sequence(sequence,
+                     [&](sequence_handle& s) { copy_out(s.positions(), positions, capacity, count, "positions"); });
+}
+
+memdecay_status memdecay_sequence_labels(const memdecay_sequence* sequence, uint8_t* labels, size_t capacity,
+                                         size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) { copy_out(s.labels(), labels, capacity, count, "labels"); });
+}
+
+memdecay_status memdecay_sequence_region_id(const memdecay_sequence* sequence, const char* name, uint8_t* id) {
+  return on_sequence(sequence,
+                     [&](sequence_handle& s) { *require(id, "id") = s.regions().id_of(require(name, "name")); });
+}
+
+memdecay_plan_view memdecay_plan_get(const memdecay_plan* plan) {
+  if (!plan) return memdecay_plan_view{};
+  const plan_type& p = plan->plan;
+  return {p.pages.data(), p.scores.data(), p.pages.size(), p.requested, p.pages_over_budget, p.page_size, p.generation};
+}
+
+void memdecay_plan_destroy(memdecay_plan* plan) { delete plan; }
+
+memdecay_status memdecay_llama_position_ranges(const memdecay_sequence* sequence, const memdecay_plan* plan,
+                                               memdecay_llama_range* ranges, size_t capacity, size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    copy_out(s.llama_position_ranges(plan_of(plan)), ranges, capacity, count, "ranges",
+             [](const md::llama_position_range& r) {
+               return memdecay_llama_range{r.p0, r.p1};
+             });
+  });
+}
+
+memdecay_status memdecay_llama_evicted_ranges(const memdecay_sequence* sequence, memdecay_llama_range* ranges,
+                                              size_t capacity, size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    copy_out(s.llama_evicted_ranges(), ranges, capacity, count, "ranges", [](const md::llama_position_range& r) {
+      return memdecay_llama_range{r.p0, r.p1};
+    });
+  });
+}
+
+memdecay_status memdecay_tensorrt_llm_retention(const memdecay_sequence* sequence, double milliseconds_per_step,
+                                                memdecay_token_range_retention* entries, size_t capacity,
+                                                size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    md::retention_options options{milliseconds_per_step};
+    options.validate();
+    copy_out(s.tensorrt_llm_retention(options), entries, capacity, count, "entries",
+             [](const md::token_range_retention& r) {
+               return memdecay_token_range_retention{r.token_start, r.token_end, r.priority, r.duration_ms ? 1 : 0,
+                                                     r.duration_ms.value_or(0)};
+             });
+  });
+}
+
+}  // extern "C"

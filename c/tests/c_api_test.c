@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The C API from C99: every entry point, every error status, the all-or-nothing rule (a rejected call leaves the
+ * digest and the engine's arrays as they were), the two-call array rule, the engine callbacks, every table and the
+ * manager. Run as `memdecay_c_test <source dir>` (for the calibration file in tests/).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <memdecay/c/memdecay.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_OK(call)                                                                                    \
+  do {                                                                                                    \
+    memdecay_status s_ = (call);                                                                          \
+    if (s_ != MEMDECAY_OK) {                                                                              \
+      fprintf(stderr, "%s:%d: %s returned %s: %s\n", __FILE__, __LINE__, #call, memdecay_status_name(s_), \
+              memdecay_last_error());                                                                     \
+      ++failures;                                                                                         \
+    }                                                                                                     \
+  } while (0)
+
+/* `call` fails with `status` and its message contains `needle`. */
+#define CHECK_FAILS(call, status, needle)                                                                           \
+  do {                                                                                                              \
+    memdecay_status s_ = (call);                                                                                    \
+    if (s_ != (status) || strstr(memdecay_last_error(), (needle)) == NULL) {                                        \
+      fprintf(stderr, "%s:%d: %s returned %s (\"%s\"), expected %s containing \"%s\"\n", __FILE__, __LINE__, #call, \
+              memdecay_status_name(s_), memdecay_last_error(), memdecay_status_name(status), (needle));             \
+      ++failures;                                                                                                   \
+    }                                                                                                               \
+  } while (0)
+
+static uint64_t digest_of(const memdecay_sequence* seq) {
+  memdecay_sequence_info info;
+  if (memdecay_sequence_get_info(seq, &info) != MEMDECAY_OK) return 0;
+  return info.digest;
+}
+
+static memdecay_sequence_info info_of(const memdecay_sequence* seq) {
+  memdecay_sequence_info info;
+  memset(&info, 0, sizeof info);
+  CHECK_OK(memdecay_sequence_get_info(seq, &info));
+  return info;
+}
+
+/* A sequence of `tokens` tokens: one system page, then user tokens, observed once with decaying attention. */
+static memdecay_sequence* episode(const memdecay_config* cfg, const char* policy, const char* params, size_t tokens) {
+  memdecay_sequence* seq = NULL;
+  float* mass;
+  size_t i;
+  CHECK_OK(memdecay_sequence_create(cfg, policy, params, &seq));
+  if (!seq) return NULL;
+  CHECK_OK(memdecay_sequence_append(seq, MEMDECAY_REGION_SYSTEM, 16));
+  CHECK_OK(memdecay_sequence_append(seq, MEMDECAY_REGION_USER, tokens - 16));
+  CHECK_OK(memdecay_sequence_advance_to(seq, 10));
+  mass = (float*)malloc(tokens * sizeof(float));
+  for (i = 0; i < tokens; ++i) mass[i] = (float)((i * 7919) % 97) / 970.0f;
+  CHECK_OK(memdecay_sequence_observe_tokens(seq, mass, tokens, NULL));
+  free(mass);
+  return seq;
+}
+
+static void test_versions_and_status(void) {
+  CHECK(memdecay_abi_version() == MEMDECAY_C_ABI_VERSION);
+  CHECK(strlen(memdecay_version()) >= 5);
+  CHECK(strcmp(memdecay_status_name(MEMDECAY_INPUT_ERROR), "input_error") == 0);
+  CHECK(strcmp(memdecay_status_name((memdecay_status)99), "unknown_status") == 0);
+}
+
+static void test_config(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_config* copy = NULL;
+  double v = 0;
+  uint8_t id = 0;
+  memdecay_region regions[2] = {{"prompt", 1.0, 0.0, 1}, {"chat", 0.5, 0.05, 0}};
+  memdecay_region_override change;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_get_number(cfg, "alpha", &v));
+  CHECK(v == 1.0);
+  CHECK_OK(memdecay_config_set_number(cfg, "alpha", 0.5));
+  CHECK_OK(memdecay_config_set_number(cfg, "page_size", 8));
+  CHECK_OK(memdecay_config_set_text(cfg, "normalization", "zscore"));
+  /* Rejected values name the field and change nothing. */
+  CHECK_FAILS(memdecay_config_set_number(cfg, "alpha", -1), MEMDECAY_CONFIG_ERROR, "alpha");
+  CHECK(strstr(memdecay_config_last_error(cfg), "alpha") != NULL);
+  CHECK_FAILS(memdecay_config_set_number(cfg, "page_size", 12), MEMDECAY_CONFIG_ERROR, "page_size");
+  CHECK_FAILS(memdecay_config_set_number(cfg, "page_size", 8.5), MEMDECAY_CONFIG_ERROR, "page_size");
+  CHECK_FAILS(memdecay_config_set_number(cfg, "ewma_beta", NAN), MEMDECAY_CONFIG_ERROR, "ewma_beta");
+  CHECK_FAILS(memdecay_config_set_number(cfg, "gamma", 1), MEMDECAY_CONFIG_ERROR, "no config field 'gamma'");
+  CHECK_FAILS(memdecay_config_set_text(cfg, "normalization", "l2"), MEMDECAY_CONFIG_ERROR, "normalization");
+  CHECK_FAILS(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_TOKENS, 64, 128), MEMDECAY_CONFIG_ERROR, "low");
+  CHECK_FAILS(memdecay_config_set_budget(cfg, (memdecay_budget_unit)9, 1, 1), MEMDECAY_CONFIG_ERROR, "unit");
+  CHECK_FAILS(memdecay_config_set_number(NULL, "alpha", 1), MEMDECAY_INVALID_ARGUMENT, "config is NULL");
+  CHECK_FAILS(memdecay_config_set_number(cfg, NULL, 1), MEMDECAY_INVALID_ARGUMENT, "field is NULL");
+  CHECK_OK(memdecay_config_get_number(cfg, "alpha", &v));
+  CHECK(v == 0.5);
+  CHECK_OK(memdecay_config_get_number(cfg, "page_size", &v));
+  CHECK(v == 8);
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_TOKENS, 64, NAN));
+  CHECK_OK(memdecay_config_get_number(cfg, "ewma_half_life", &v));
+  CHECK(isnan(v));
+
+  /* Regions: a table of its own, overrides by name, ids by name. */
+  CHECK_OK(memdecay_config_copy(cfg, &copy));
+  CHECK_OK(memdecay_config_set_regions(copy, regions, 2));
+  CHECK_OK(memdecay_config_region_id(copy, "chat", &id));
+  CHECK(id == 1);
+  CHECK_FAILS(memdecay_config_region_id(copy, "user", &id), MEMDECAY_CONFIG_ERROR, "unknown region name 'user'");
+  memset(&change, 0, sizeof change);
+  change.has_half_life = 1;
+  change.half_life = 10;
+  CHECK_OK(memdecay_config_override_region(copy, "chat", &change));
+  CHECK_FAILS(memdecay_config_override_region(copy, "nope", &change), MEMDECAY_CONFIG_ERROR, "nope");
+  regions[1].decay_rate = -1;
+  CHECK_FAILS(memdecay_config_set_regions(copy, regions, 2), MEMDECAY_CONFIG_ERROR, "chat");
+  CHECK_OK(memdecay_config_region_id(copy, "chat", &id)); /* the table is the one before */
+  CHECK_OK(memdecay_config_region_id(cfg, "scratchpad", &id));
+  CHECK(id == MEMDECAY_REGION_SCRATCHPAD);
+  CHECK_FAILS(memdecay_config_apply_calibration(copy, "/nonexistent/calibration.json"), MEMDECAY_INPUT_ERROR,
+              "calibration.json");
+  memdecay_config_destroy(copy);
+  memdecay_config_destroy(cfg);
+  memdecay_config_destroy(NULL);
+}
+
+static void test_policies_and_params(void) {
+  static const char* policies[] = {"memdecay",     "h2o",      "streaming_llm", "tova",  "snapkv",
+                                   "scissorhands", "norm_sum", "priority_lru",  "random"};
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq = NULL;
+  size_t p;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_TOKENS, 128, 96));
+  for (p = 0; p < sizeof policies / sizeof policies[0]; ++p) {
+    memdecay_sequence* s = episode(cfg, policies[p], NULL, 256);
+    memdecay_plan* plan = NULL;
+    CHECK(s != NULL);
+    if (!s) continue;
+    CHECK(strcmp(memdecay_sequence_policy(s), policies[p]) == 0);
+    CHECK_OK(memdecay_sequence_select_for_budget(s, NULL, 0, &plan));
+    CHECK(memdecay_plan_get(plan).num_pages == 10); /* 16 pages, 128 -> 96 tokens: 10 pages go */
+    CHECK_OK(memdecay_sequence_commit(s, plan));
+    CHECK(info_of(s).kv_len == 96);
+    memdecay_plan_destroy(plan);
+    memdecay_sequence_destroy(s);
+  }
+  /* Parameters: typed, by name, and every mistake names the key. */
+  CHECK_OK(memdecay_sequence_create(cfg, "h2o", "recent_fraction=0.25, recent_tokens=0", &seq));
+  memdecay_sequence_destroy(seq);
+  CHECK_OK(memdecay_sequence_create(cfg, "priority_lru", "region_priority=100:90:80:70:60:50:40", &seq));
+  memdecay_sequence_destroy(seq);
+  CHECK_OK(memdecay_sequence_create(cfg, "memdecay", "aggregation=max,exp_free_scores=false", &seq));
+  memdecay_sequence_destroy(seq);
+  seq = NULL;
+  CHECK_FAILS(memdecay_sequence_create(cfg, "h3o", NULL, &seq), MEMDECAY_CONFIG_ERROR, "policy = 'h3o'");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "h2o", "window=4", &seq), MEMDECAY_CONFIG_ERROR, "has no parameter window");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "h2o", "recent_fraction=half", &seq), MEMDECAY_CONFIG_ERROR,
+              "recent_fraction");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "snapkv", "window=-1", &seq), MEMDECAY_CONFIG_ERROR, "window");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "snapkv", "pooling=median", &seq), MEMDECAY_CONFIG_ERROR, "pooling");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "random", "seed=1,seed=2", &seq), MEMDECAY_CONFIG_ERROR, "twice");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "random", "seed", &seq), MEMDECAY_CONFIG_ERROR, "no '='");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "priority_lru", "region_priority=100:x", &seq), MEMDECAY_CONFIG_ERROR,
+              "region_priority");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "priority_lru", "region_priority=100", &seq), MEMDECAY_CONFIG_ERROR,
+              "region_priority");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "tova", "x=1", &seq), MEMDECAY_CONFIG_ERROR, "its parameters: none");
+  CHECK_FAILS(memdecay_sequence_create(NULL, "tova", NULL, &seq), MEMDECAY_INVALID_ARGUMENT, "config");
+  CHECK_FAILS(memdecay_sequence_create(cfg, "tova", NULL, NULL), MEMDECAY_INVALID_ARGUMENT, "out");
+  CHECK(seq == NULL);
+  memdecay_config_destroy(cfg);
+}
+
+static void test_sequence_errors_change_nothing(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  uint64_t before;
+  float mass[300];
+  uint8_t labels[3] = {2, 9, 2};
+  size_t i, n = 0, pages[2] = {3, 2};
+  memdecay_plan* plan = NULL;
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256);
+  before = digest_of(seq);
+  for (i = 0; i < 300; ++i) mass[i] = 0.01f;
+  CHECK_FAILS(memdecay_sequence_observe_tokens(seq, mass, 255, NULL), MEMDECAY_INPUT_ERROR, "256");
+  mass[7] = NAN;
+  CHECK_FAILS(memdecay_sequence_observe_tokens(seq, mass, 256, NULL), MEMDECAY_INPUT_ERROR, "7");
+  mass[7] = -1;
+  CHECK_FAILS(memdecay_sequence_observe_tokens(seq, mass, 256, NULL), MEMDECAY_INPUT_ERROR, "7");
+  CHECK(strstr(memdecay_sequence_last_error(seq), "7") != NULL);
+  CHECK_FAILS(memdecay_sequence_observe_tokens(seq, NULL, 256, NULL), MEMDECAY_INVALID_ARGUMENT, "mass");
+  CHECK_FAILS(memdecay_sequence_observe_heads(seq, mass, 2, 256, (memdecay_head_reduction)5, NULL),
+              MEMDECAY_INVALID_ARGUMENT, "how");
+  CHECK_FAILS(memdecay_sequence_append(seq, 9, 4), MEMDECAY_INPUT_ERROR, "9");
+  CHECK_FAILS(memdecay_sequence_append_tokens(seq, labels, 3), MEMDECAY_INPUT_ERROR, "9");
+  CHECK_FAILS(memdecay_sequence_advance_to(seq, 9), MEMDECAY_INPUT_ERROR, "9");
+  CHECK_FAILS(memdecay_sequence_plan_pages(seq, pages, 2, &plan), MEMDECAY_USAGE_ERROR, "");
+  pages[0] = 0;
+  pages[1] = 99;
+  CHECK_FAILS(memdecay_sequence_plan_pages(seq, pages, 2, &plan), MEMDECAY_USAGE_ERROR, "99");
+  CHECK_FAILS(memdecay_sequence_plan_pages(seq, pages, 1, &plan), MEMDECAY_USAGE_ERROR, "pinned");
+  CHECK(plan == NULL);
+  CHECK(digest_of(seq) == before);
+  /* Arrays out: a NULL buffer asks for the length; a short one is refused with the length. */
+  CHECK_OK(memdecay_sequence_page_scores(seq, NULL, 0, &n));
+  CHECK(n == 16);
+  CHECK_FAILS(memdecay_sequence_page_scores(seq, mass, 15, &n), MEMDECAY_BUFFER_TOO_SMALL, "16 needed");
+  CHECK(n == 16);
+  CHECK_OK(memdecay_sequence_page_scores(seq, mass, 300, &n));
+  CHECK(mass[0] > mass[5]); /* the pinned system page scores b_r = 1 at most; the user pages decayed */
+  CHECK_FAILS(memdecay_sequence_page_scores(seq, mass, 300, NULL), MEMDECAY_INVALID_ARGUMENT, "count");
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
+struct removal_log {
+  size_t calls;
+  size_t pages[64];
+  size_t count;
+  int answer;
+};
+
+static int remove_pages(void* user, const size_t* pages, size_t count) {
+  struct removal_log* log = (struct removal_log*)user;
+  ++log->calls;
+  log->count = count;
+  memcpy(log->pages, pages, count * sizeof(size_t));
+  return log->answer;
+}
+
+static void test_commits(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence *seq, *twin = NULL;
+  memdecay_plan* plan = NULL;
+  memdecay_plan_view view;
+  struct removal_log log;
+  uint64_t before;
+  memdecay_llama_range ranges[8];
+  size_t n = 0, victims[2] = {3, 4};
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256);
+  CHECK_OK(memdecay_sequence_copy(seq, &twin));
+  CHECK(digest_of(twin) == digest_of(seq));
+  CHECK_OK(memdecay_sequence_select(seq, 3, NULL, 0, &plan));
+  view = memdecay_plan_get(plan);
+  CHECK(view.num_pages == 3 && view.page_size == 16 && view.generation == info_of(seq).generation);
+  CHECK(view.pages[0] < view.pages[1] && view.pages[1] < view.pages[2]);
+  CHECK_OK(memdecay_llama_position_ranges(seq, plan, ranges, 8, &n));
+  CHECK(n >= 1 && n <= 3 && ranges[0].p0 == (int32_t)(view.pages[0] * 16));
+
+  /* A callback that fails leaves the state as it was; one that succeeds commits. */
+  memset(&log, 0, sizeof log);
+  log.answer = 7;
+  before = digest_of(seq);
+  CHECK_FAILS(memdecay_sequence_commit_with(seq, plan, remove_pages, &log), MEMDECAY_CALLBACK_ERROR, "7");
+  CHECK(log.calls == 1 && log.count == 3 && log.pages[0] == view.pages[0]);
+  CHECK(digest_of(seq) == before);
+  log.answer = 0;
+  CHECK_OK(memdecay_sequence_commit_with(seq, plan, remove_pages, &log));
+  CHECK(log.calls == 2 && info_of(seq).kv_len == 256 - 48);
+  /* The plan is stale now: no callback, usage error. */
+  CHECK_FAILS(memdecay_sequence_commit_with(seq, plan, remove_pages, &log), MEMDECAY_USAGE_ERROR, "stale");
+  CHECK(log.calls == 2);
+  CHECK_FAILS(memdecay_sequence_commit(seq, plan), MEMDECAY_USAGE_ERROR, "stale");
+  memdecay_plan_destroy(plan);
+  CHECK_OK(memdecay_llama_evicted_ranges(seq, ranges, 8, &n));
+  CHECK(n >= 1);
+
+  /* The engine's own victims. */
+  CHECK_OK(memdecay_sequence_plan_pages(twin, victims, 2, &plan));
+  CHECK_OK(memdecay_sequence_commit(twin, plan));
+  CHECK(info_of(twin).kv_len == 256 - 32);
+  memdecay_plan_destroy(plan);
+  {
+    uint64_t positions[256];
+    CHECK_OK(memdecay_sequence_positions(twin, positions, 256, &n));
+    CHECK(n == 224 && positions[47] == 47 && positions[48] == 80);
+  }
+  {
+    memdecay_token_range_retention entries[16];
+    CHECK_OK(memdecay_tensorrt_llm_retention(twin, 10.0, entries, 16, &n));
+    CHECK(n >= 2 && entries[0].token_start == 0 && entries[0].priority == 100);
+    CHECK_FAILS(memdecay_tensorrt_llm_retention(twin, -1.0, entries, 16, &n), MEMDECAY_CONFIG_ERROR,
+                "milliseconds_per_step");
+  }
+  memdecay_sequence_destroy(twin);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
+/* The same plan to each table: the engine's arrays change exactly as the removal says. */
+static void test_tables(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence *seq, *copy;
+  memdecay_plan* plan = NULL;
+  memdecay_table *pool = NULL, *vllm = NULL, *sglang = NULL, *csr = NULL;
+  memdecay_removal* removal = NULL;
+  memdecay_removal_view r;
+  int32_t block_ids[2 * 16], num_blocks[2] = {0, 16}, ids[16];
+  int32_t req_to_token[2 * 256];
+  int64_t seq_lens[2] = {0, 256};
+  int32_t indptr[3] = {0, 1, 17}, indices[17], last_page_len[2] = {16, 16};
+  size_t i, n = 0, pages = 0;
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256);
+  CHECK_OK(memdecay_sequence_select(seq, 4, NULL, 0, &plan));
+
+  CHECK_OK(memdecay_block_pool_create(32, 16, &pool));
+  CHECK_OK(memdecay_block_pool_open(pool, 5));
+  CHECK_OK(memdecay_block_pool_append_tokens(pool, 5, 256));
+  CHECK_FAILS(memdecay_block_pool_append_tokens(pool, 5, 1000), MEMDECAY_INPUT_ERROR, "");
+  CHECK_OK(memdecay_table_num_pages(pool, 5, &pages));
+  CHECK(pages == 16);
+  CHECK_OK(memdecay_sequence_copy(seq, &copy));
+  CHECK_FAILS(memdecay_sequence_commit_to_table(copy, plan, pool, 6, &removal), MEMDECAY_USAGE_ERROR, "");
+  CHECK(digest_of(copy) == digest_of(seq));
+  CHECK_OK(memdecay_sequence_commit_to_table(copy, plan, pool, 5, &removal));
+  r = memdecay_removal_get(removal);
+  CHECK(r.num_removed == 4 && r.has_freed && r.num_freed == 4 && r.num_slots >= 1);
+  CHECK_OK(memdecay_block_pool_free_blocks(pool, &n));
+  CHECK(n == 32 - 12);
+  CHECK_OK(memdecay_block_pool_blocks(pool, 5, ids, 16, &n));
+  CHECK(n == 12);
+  memdecay_removal_destroy(removal);
+  memdecay_sequence_destroy(copy);
+
+  for (i = 0; i < 16; ++i) block_ids[i] = -1, block_ids[16 + i] = (int32_t)(100 + i);
+  CHECK_OK(memdecay_vllm_block_table_create(block_ids, num_blocks, 2, 16, 16, 200, &vllm));
+  CHECK_OK(memdecay_sequence_copy(seq, &copy));
+  CHECK_OK(memdecay_sequence_commit_to_table(copy, plan, vllm, 1, &removal));
+  r = memdecay_removal_get(removal);
+  CHECK(num_blocks[1] == 12 && r.num_removed == 4 && !r.has_freed &&
+        r.removed[0] == 100 + (int32_t)memdecay_plan_get(plan).pages[0]);
+  memdecay_removal_destroy(removal);
+  memdecay_sequence_destroy(copy);
+  CHECK_FAILS(memdecay_vllm_block_table_create(block_ids, num_blocks, 2, 16, 12, 200, &vllm), MEMDECAY_CONFIG_ERROR,
+              "page_size");
+
+  for (i = 0; i < 256; ++i) req_to_token[i] = 0, req_to_token[256 + i] = (int32_t)(1000 + i);
+  CHECK_OK(memdecay_sglang_req_to_token_create(req_to_token, seq_lens, 2, 256, 16, 4096, &sglang));
+  CHECK_OK(memdecay_sequence_copy(seq, &copy));
+  CHECK_OK(memdecay_sequence_commit_to_table(copy, plan, sglang, 1, NULL));
+  CHECK(seq_lens[1] == 192);
+  memdecay_sequence_destroy(copy);
+
+  for (i = 0; i < 17; ++i) indices[i] = (int32_t)(300 + i);
+  CHECK_OK(memdecay_flashinfer_csr_create(indptr, 2, indices, 17, last_page_len, 16, 400, &csr));
+  CHECK_OK(memdecay_sequence_copy(seq, &copy));
+  CHECK_OK(memdecay_sequence_commit_to_table(copy, plan, csr, 1, NULL));
+  CHECK(indptr[1] == 1 && indptr[2] == 13 && indices[0] == 300);
+  memdecay_sequence_destroy(copy);
+  {
+    memdecay_table* bad = NULL;
+    indptr[1] = 20; /* inconsistent: rejected when made */
+    CHECK_FAILS(memdecay_flashinfer_csr_create(indptr, 2, indices, 17, last_page_len, 16, 400, &bad),
+                MEMDECAY_INPUT_ERROR, "flashinfer_csr");
+    CHECK(bad == NULL);
+  }
+
+  CHECK_FAILS(memdecay_block_pool_open(vllm, 1), MEMDECAY_INVALID_ARGUMENT, "view");
+  memdecay_table_destroy(csr);
+  memdecay_table_destroy(sglang);
+  memdecay_table_destroy(vllm);
+  memdecay_table_destroy(pool);
+  memdecay_plan_destroy(plan);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
+struct batch_log {
+  size_t calls, count;
+  uint64_t sequences[64];
+  int answer;
+};
+
+static int remove_batch(void* user, const uint64_t* sequences, const size_t* pages, size_t count) {
+  struct batch_log* log = (struct batch_log*)user;
+  (void)pages;
+  ++log->calls;
+  log->count = count;
+  memcpy(log->sequences, sequences, count * sizeof(uint64_t));
+  return log->answer;
+}
+
+static void test_manager(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_manager* mgr = NULL;
+  memdecay_table* pool = NULL;
+  memdecay_sequence *a = NULL, *b = NULL;
+  memdecay_global_plan* plan = NULL;
+  memdecay_global_plan_view view;
+  memdecay_manager_info info;
+  memdecay_removal* removals[4];
+  uint64_t removal_ids[4], ids[4];
+  struct batch_log log;
+  float mass[256];
+  size_t i, n = 0;
+  uint64_t before;
+  for (i = 0; i < 256; ++i) mass[i] = (float)(i % 13) / 1300.0f;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_FAILS(memdecay_manager_create("memdecay", 16, 8, 16, &mgr), MEMDECAY_CONFIG_ERROR, "");
+  CHECK_OK(memdecay_manager_create("memdecay", 16, 20, 16, &mgr));
+  CHECK_OK(memdecay_block_pool_create(64, 16, &pool));
+  CHECK_OK(memdecay_manager_open(mgr, 1, cfg, NULL, &a));
+  CHECK_OK(memdecay_manager_open(mgr, 2, cfg, NULL, &b));
+  CHECK_FAILS(memdecay_manager_open(mgr, 2, cfg, NULL, NULL), MEMDECAY_USAGE_ERROR, "2");
+  CHECK_FAILS(memdecay_manager_open(mgr, 3, cfg, "nope=1", NULL), MEMDECAY_CONFIG_ERROR, "nope");
+  CHECK_OK(memdecay_block_pool_open(pool, 1));
+  CHECK_OK(memdecay_block_pool_open(pool, 2));
+  CHECK_OK(memdecay_sequence_append(a, MEMDECAY_REGION_SYSTEM, 16));
+  CHECK_OK(memdecay_sequence_append(a, MEMDECAY_REGION_TOOL_OUT, 240));
+  CHECK_OK(memdecay_sequence_append(b, MEMDECAY_REGION_USER, 256));
+  CHECK_OK(memdecay_block_pool_append_tokens(pool, 1, 256));
+  CHECK_OK(memdecay_block_pool_append_tokens(pool, 2, 256));
+  CHECK_OK(memdecay_manager_advance_to(mgr, 3));
+  CHECK_OK(memdecay_sequence_observe_tokens(a, mass, 256, NULL));
+  CHECK_OK(memdecay_sequence_observe_tokens(b, mass, 256, NULL));
+  CHECK_OK(memdecay_manager_protect_tail_tokens(mgr, 2, 64));
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.sequences == 2 && info.resident_pages == 32 && info.now == 3);
+  CHECK_OK(memdecay_manager_ids(mgr, ids, 4, &n));
+  CHECK(n == 2 && ids[0] == 1 && ids[1] == 2);
+
+  CHECK_OK(memdecay_manager_select_global(mgr, 0, &plan));
+  view = memdecay_global_plan_get(plan);
+  CHECK(view.num_victims == 16 && view.pages_freed == 16 && view.pages_short == 0);
+  CHECK(view.victims[0].reason == MEMDECAY_VICTIM_GLOBAL_BUDGET);
+  /* A managed sequence commits through its manager only. */
+  {
+    memdecay_plan* p = NULL;
+    struct removal_log rl;
+    memset(&rl, 0, sizeof rl);
+    CHECK_OK(memdecay_sequence_select(a, 1, NULL, 0, &p));
+    CHECK_FAILS(memdecay_sequence_commit_with(a, p, remove_pages, &rl), MEMDECAY_USAGE_ERROR, "manager");
+    CHECK(rl.calls == 0);
+    memdecay_plan_destroy(p);
+  }
+  /* The batch callback: all or nothing. */
+  memset(&log, 0, sizeof log);
+  log.answer = 1;
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  before = info.digest;
+  CHECK_FAILS(memdecay_manager_commit_with(mgr, plan, remove_batch, &log), MEMDECAY_CALLBACK_ERROR, "");
+  CHECK(log.calls == 1 && log.count == 16);
+  for (i = 1; i < log.count; ++i) CHECK(log.sequences[i - 1] <= log.sequences[i]);
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.digest == before);
+  /* A table with a short output array is refused before anything changes. */
+  CHECK_FAILS(memdecay_manager_commit_to_table(mgr, plan, pool, NULL, NULL, 0, removal_ids, removals, 1, &n),
+              MEMDECAY_BUFFER_TOO_SMALL, "removals");
+  CHECK_OK(memdecay_manager_commit_to_table(mgr, plan, pool, NULL, NULL, 0, removal_ids, removals, 4, &n));
+  CHECK(n >= 1 && n <= 2);
+  for (i = 0; i < n; ++i) {
+    CHECK(memdecay_removal_get(removals[i]).has_freed);
+    memdecay_removal_destroy(removals[i]);
+  }
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.resident_pages == 16);
+  CHECK_OK(memdecay_block_pool_free_blocks(pool, &n));
+  CHECK(n == 64 - 16);
+  memdecay_global_plan_destroy(plan);
+
+  CHECK_OK(memdecay_manager_clear_protections(mgr));
+  CHECK_OK(memdecay_manager_fork(mgr, 1, 7, pool));
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.sequences == 3 && info.physical_pages == 16);
+  CHECK_OK(memdecay_manager_close(mgr, 2));
+  CHECK_FAILS(memdecay_sequence_append(b, MEMDECAY_REGION_USER, 1), MEMDECAY_USAGE_ERROR, "2");
+  memdecay_sequence_destroy(b);
+  memdecay_sequence_destroy(a);
+  CHECK_OK(memdecay_manager_sequence(mgr, 7, &a));
+  CHECK(info_of(a).kv_len > 0);
+  memdecay_sequence_destroy(a);
+  memdecay_manager_destroy(mgr);
+  memdecay_table_destroy(pool);
+  memdecay_config_destroy(cfg);
+}
+
+int main(int argc, char** argv) {
+  (void)argc;
+  (void)argv;
+  test_versions_and_status();
+  test_config();
+  test_policies_and_params();
+  test_sequence_errors_change_nothing();
+  test_commits();
+  test_tables();
+  test_manager();
+  if (failures) {
+    fprintf(stderr, "%d checks failed\n", failures);
+    return 1;
+  }
+  printf("C API: every check passed\n");
+  return 0;
+}

@@ -1,0 +1,440 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * memdecay's C ABI: the library for engines that build as C or C++17 (llama.cpp, OpenVINO GenAI, engine plug-ins).
+ * C99, opaque handles, no exceptions across the boundary. Link memdecay::memdecay_c (CMake) or `pkg-config
+ * memdecay_c`; docs/c-api.md is the guide.
+ *
+ * The rules, the same as the C++ API's:
+ *  - Every call returns a memdecay_status. On an error nothing changed (all or nothing) and the message, which names
+ *    the field, is kept twice: per handle (memdecay_sequence_last_error(seq), ...) and per thread
+ *    (memdecay_last_error(), the only place for a create call that failed, and for plans and removals).
+ *  - Handles are not thread-safe: one thread at a time per handle (different handles on different threads are fine).
+ *  - Sizes are size_t, positions and ids uint64_t, attention float (the score type).
+ *  - Arrays out: the caller passes a buffer and its capacity; *count is always set to the length needed. A NULL
+ *    buffer only asks for the length (MEMDECAY_OK); a buffer that is too short gets MEMDECAY_BUFFER_TOO_SMALL.
+ *  - Page tables edit the engine's own arrays in place; the arrays must outlive the table handle.
+ *
+ *   memdecay_config* cfg; memdecay_sequence* seq; memdecay_plan* plan;
+ *   memdecay_config_create(&cfg);
+ *   memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_TOKENS, 4096, 3584);
+ *   memdecay_sequence_create(cfg, "memdecay", NULL, &seq);
+ *   memdecay_sequence_append(seq, MEMDECAY_REGION_SYSTEM, 512);       // label spans as they are prefilled
+ *   memdecay_sequence_observe_tokens(seq, mass, kv_len, NULL);         // per step, attention per resident token
+ *   memdecay_sequence_select_for_budget(seq, NULL, 0, &plan);          // phase 1: changes nothing
+ *   memdecay_sequence_commit_to_table(seq, plan, table, row, NULL);    // phase 2: the table and the state together
+ */
+#ifndef MEMDECAY_C_MEMDECAY_H
+#define MEMDECAY_C_MEMDECAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bumped on any incompatible change of this header; memdecay_abi_version() is the library's. */
+#define MEMDECAY_C_ABI_VERSION 1
+
+#if defined(_WIN32)
+#define MEMDECAY_C_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define MEMDECAY_C_API __attribute__((visibility("default")))
+#else
+#define MEMDECAY_C_API
+#endif
+#ifdef MEMDECAY_C_BUILDING
+#undef MEMDECAY_C_API
+#if defined(_WIN32)
+#define MEMDECAY_C_API __declspec(dllexport)
+#else
+#define MEMDECAY_C_API __attribute__((visibility("default")))
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status, version ------------------------------------------------------------------------------------------ */
+
+typedef enum memdecay_status {
+  MEMDECAY_OK = 0,
+  MEMDECAY_CONFIG_ERROR = 1,     /* an invalid configuration, policy or policy parameter */
+  MEMDECAY_INPUT_ERROR = 2,      /* bad data: a wrong length, NaN or negative attention, an unknown region... */
+  MEMDECAY_USAGE_ERROR = 3,      /* a call out of order: a stale plan, a closed sequence, an inconsistent table */
+  MEMDECAY_BUFFER_TOO_SMALL = 4, /* an output buffer is shorter than *count */
+  MEMDECAY_CALLBACK_ERROR = 5,   /* the engine's callback returned non-zero: nothing was committed */
+  MEMDECAY_INVALID_ARGUMENT = 6, /* a NULL handle or pointer where one is required */
+  MEMDECAY_OUT_OF_MEMORY = 7,
+  MEMDECAY_INTERNAL_ERROR = 8,
+  MEMDECAY_STATUS_MAX_ENUM = 0x7fffffff /* every enum spans int: any value a C caller passes is representable */
+} memdecay_status;
+
+MEMDECAY_C_API uint32_t memdecay_abi_version(void);
+/* The library's version, "major.minor.patch". */
+MEMDECAY_C_API const char* memdecay_version(void);
+/* "ok", "config_error", ... (a static string). */
+MEMDECAY_C_API const char* memdecay_status_name(memdecay_status status);
+/* The message of this thread's last failed call ("" if none); valid until this thread's next failed call. */
+MEMDECAY_C_API const char* memdecay_last_error(void);
+
+/* The default region ids (the paper's seven regions; system is pinned). */
+enum {
+  MEMDECAY_REGION_SYSTEM = 0,
+  MEMDECAY_REGION_PLAN = 1,
+  MEMDECAY_REGION_USER = 2,
+  MEMDECAY_REGION_TOOL_IN = 3,
+  MEMDECAY_REGION_TOOL_OUT = 4,
+  MEMDECAY_REGION_RETRIEVAL = 5,
+  MEMDECAY_REGION_SCRATCHPAD = 6
+};
+
+/* ---- configuration ------------------------------------------------------------------------------------------- */
+
+typedef struct memdecay_config memdecay_config;
+
+typedef enum memdecay_budget_unit {
+  MEMDECAY_BUDGET_UNLIMITED = 0,
+  MEMDECAY_BUDGET_TOKENS = 1,
+  MEMDECAY_BUDGET_PAGES = 2,
+  MEMDECAY_BUDGET_RATIO = 3, /* of every token ever appended */
+  MEMDECAY_BUDGET_MAX_ENUM = 0x7fffffff
+} memdecay_budget_unit;
+
+/* One region of a region table. decay_rate is lambda_r per step (ln 2 / half-life). */
+typedef struct memdecay_region {
+  const char* name;
+  double base_priority;
+  double decay_rate;
+  int pinned;
+} memdecay_region;
+
+/* A change to one region by name, on top of the table; a field applies only when its has_ flag is non-zero. */
+typedef struct memdecay_region_override {
+  int has_base_priority;
+  double base_priority;
+  int has_decay_rate;
+  double decay_rate;
+  int has_half_life;
+  double half_life;
+  int has_pinned;
+  int pinned;
+} memdecay_region_override;
+
+/* A config with the library's defaults (alpha 1, EWMA beta 0.9, tau 0.01, page size 16, the default regions). */
+MEMDECAY_C_API memdecay_status memdecay_config_create(memdecay_config** out);
+MEMDECAY_C_API memdecay_status memdecay_config_copy(const memdecay_config* config, memdecay_config** out);
+MEMDECAY_C_API void memdecay_config_destroy(memdecay_config* config);
+MEMDECAY_C_API const char* memdecay_config_last_error(const memdecay_config* config);
+/*
+ * Every setter validates the config it would leave and changes nothing when that is invalid.
+ * Numeric fields: "alpha", "ewma_beta", "ewma_half_life" (NaN: unset), "tau", "page_size",
+ * "protection.sink_pages", "protection.recent_tokens", "protection.recent_fraction".
+ */
+MEMDECAY_C_API memdecay_status memdecay_config_set_number(memdecay_config* config, const char* field, double value);
+/* Text fields: "normalization" = "none", "uniform", "lifetime" or "zscore". */
+MEMDECAY_C_API memdecay_status memdecay_config_set_text(memdecay_config* config, const char* field, const char* value);
+/* Watermarks high >= low in `unit` (low NaN: equal to high); evicting starts above high and stops at low. */
+MEMDECAY_C_API memdecay_status memdecay_config_set_budget(memdecay_config* config, memdecay_budget_unit unit,
+                                                          double high, double low);
+/* Replaces the region table (ids 0..count-1 in order); region overrides given before still apply by name. */
+MEMDECAY_C_API memdecay_status memdecay_config_set_regions(memdecay_config* config, const memdecay_region* regions,
+                                                           size_t count);
+MEMDECAY_C_API memdecay_status memdecay_config_override_region(memdecay_config* config, const char* region,
+                                                               const memdecay_region_override* change);
+/* Applies a calibration file (memdecay-calibrate's JSON): normalisation, alpha, tau and region overrides. */
+MEMDECAY_C_API memdecay_status memdecay_config_apply_calibration(memdecay_config* config, const char* path);
+MEMDECAY_C_API memdecay_status memdecay_config_get_number(const memdecay_config* config, const char* field,
+                                                          double* value);
+/* The id of a region of the effective table, by name. */
+MEMDECAY_C_API memdecay_status memdecay_config_region_id(const memdecay_config* config, const char* name, uint8_t* id);
+
+/* ---- page tables ---------------------------------------------------------------------------------------------- */
+
+/*
+ * A page table memdecay edits on commit: the owning block pool (block ids int32, sequences by uint64 id), or a
+ * view over the engine's arrays (edited in place). A "row" is the view's batch row or the pool's sequence id.
+ */
+typedef struct memdecay_table memdecay_table;
+
+MEMDECAY_C_API memdecay_status memdecay_block_pool_create(size_t num_blocks, size_t page_size, memdecay_table** out);
+MEMDECAY_C_API memdecay_status memdecay_block_pool_open(memdecay_table* pool, uint64_t sequence);
+MEMDECAY_C_API memdecay_status memdecay_block_pool_close(memdecay_table* pool, uint64_t sequence);
+MEMDECAY_C_API memdecay_status memdecay_block_pool_append_tokens(memdecay_table* pool, uint64_t sequence,
+                                                                 size_t tokens);
+MEMDECAY_C_API memdecay_status memdecay_block_pool_free_blocks(const memdecay_table* pool, size_t* count);
+/* The sequence's block ids in logical order. */
+MEMDECAY_C_API memdecay_status memdecay_block_pool_blocks(const memdecay_table* pool, uint64_t sequence, int32_t* ids,
+                                                          size_t capacity, size_t* count);
+/* vLLM's padded block table [rows x max_blocks_per_row] and num_blocks_per_row [rows]. */
+MEMDECAY_C_API memdecay_status memdecay_vllm_block_table_create(int32_t* block_ids, int32_t* num_blocks_per_row,
+                                                                size_t rows, size_t max_blocks_per_row,
+                                                                size_t page_size, size_t num_pool_blocks,
+                                                                memdecay_table** out);
+/* SGLang's req_to_token [rows x max_context_len] (KV slots) and seq_lens [rows]. */
+MEMDECAY_C_API memdecay_status memdecay_sglang_req_to_token_create(int32_t* req_to_token, int64_t* seq_lens,
+                                                                   size_t rows, size_t max_context_len,
+                                                                   size_t page_size, size_t num_slots,
+                                                                   memdecay_table** out);
+/* FlashInfer's paged-KV CSR: indptr [batch + 1], indices [indices_capacity], last_page_len [batch]. */
+MEMDECAY_C_API memdecay_status memdecay_flashinfer_csr_create(int32_t* indptr, size_t batch, int32_t* indices,
+                                                              size_t indices_capacity, const int32_t* last_page_len,
+                                                              size_t page_size, size_t num_pool_pages,
+                                                              memdecay_table** out);
+MEMDECAY_C_API void memdecay_table_destroy(memdecay_table* table);
+MEMDECAY_C_API const char* memdecay_table_last_error(const memdecay_table* table);
+MEMDECAY_C_API memdecay_status memdecay_table_num_pages(const memdecay_table* table, uint64_t row, size_t* count);
+
+/* What a commit to a table removed (see page_removal in page_tables/page_table.hpp). */
+typedef struct memdecay_removal memdecay_removal;
+typedef struct memdecay_slot_range {
+  int64_t begin;
+  int64_t end; /* exclusive */
+} memdecay_slot_range;
+typedef struct memdecay_removal_view {
+  const int32_t* removed; /* every removed page id, in logical order */
+  size_t num_removed;
+  int has_freed;        /* 1 for the owning block pool; 0 for the views (the engine's allocator owns the counts) */
+  const int32_t* freed; /* the ids whose memory is now free */
+  size_t num_freed;
+  const memdecay_slot_range* slots; /* the KV slots, as merged ranges */
+  size_t num_slots;
+} memdecay_removal_view;
+/* The view's pointers live as long as the removal. */
+MEMDECAY_C_API memdecay_removal_view memdecay_removal_get(const memdecay_removal* removal);
+MEMDECAY_C_API void memdecay_removal_destroy(memdecay_removal* removal);
+
+/* ---- sequences ---------------------------------------------------------------------------------------------- */
+
+typedef struct memdecay_sequence memdecay_sequence;
+typedef struct memdecay_plan memdecay_plan;
+
+typedef enum memdecay_head_reduction {
+  MEMDECAY_HEADS_SUM = 0,
+  MEMDECAY_HEADS_MEAN = 1,
+  MEMDECAY_HEADS_MAX_ENUM = 0x7fffffff
+} memdecay_head_reduction;
+
+/*
+ * A sequence under `policy` ("memdecay", "h2o", "streaming_llm", "tova", "snapkv", "scissorhands", "norm_sum",
+ * "priority_lru", "random"; docs/policies.md), with its parameters as "key=value,key=value" (NULL or "": the
+ * defaults), e.g. "recent_fraction=0.5" for h2o or "region_priority=100:60:50,refresh_threshold=1" (a list is
+ * colon-separated). An unknown policy, key or value is a MEMDECAY_CONFIG_ERROR naming it.
+ */
+MEMDECAY_C_API memdecay_status memdecay_sequence_create(const memdecay_config* config, const char* policy,
+                                                        const char* params, memdecay_sequence** out);
+/* An independent copy (its own layout and policy state; never managed). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_copy(const memdecay_sequence* sequence, memdecay_sequence** out);
+MEMDECAY_C_API void memdecay_sequence_destroy(memdecay_sequence* sequence);
+MEMDECAY_C_API const char* memdecay_sequence_last_error(const memdecay_sequence* sequence);
+
+MEMDECAY_C_API memdecay_status memdecay_sequence_append(memdecay_sequence* sequence, uint8_t region, size_t count);
+MEMDECAY_C_API memdecay_status memdecay_sequence_append_tokens(memdecay_sequence* sequence, const uint8_t* labels,
+                                                               size_t count);
+/* Moves the logical clock (MEMDECAY_INPUT_ERROR if it goes back). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_advance_to(memdecay_sequence* sequence, uint32_t step);
+/* Attention per resident token (count == kv_len); *refreshed (may be NULL): tokens whose decay clock reset. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_tokens(memdecay_sequence* sequence, const float* mass,
+                                                                size_t count, size_t* refreshed);
+/* Attention per page (count == num_pages), shared among the page's tokens. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_pages(memdecay_sequence* sequence, const float* mass,
+                                                               size_t count, size_t* refreshed);
+/* A row-major heads x tokens matrix (tokens == kv_len), reduced over heads. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_heads(memdecay_sequence* sequence, const float* mass,
+                                                               size_t heads, size_t tokens, memdecay_head_reduction how,
+                                                               size_t* refreshed);
+
+/* Phase 1 (changes nothing): the k lowest-scoring evictable pages, never one of `protect` (logical pages). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_select(const memdecay_sequence* sequence, size_t k,
+                                                        const size_t* protect, size_t num_protect, memdecay_plan** out);
+/* Phase 1 against the config's budget: enough pages to get from the high watermark to the low one. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_select_for_budget(const memdecay_sequence* sequence,
+                                                                   const size_t* protect, size_t num_protect,
+                                                                   memdecay_plan** out);
+/* A plan of the engine's own victims (logical pages, ascending); commit checks them like any plan. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_plan_pages(const memdecay_sequence* sequence, const size_t* pages,
+                                                            size_t count, memdecay_plan** out);
+MEMDECAY_C_API memdecay_status memdecay_sequence_pages_wanted_by_budget(const memdecay_sequence* sequence,
+                                                                        size_t* pages);
+
+/* Phase 2, state only: the engine has removed the plan's pages itself. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_commit(memdecay_sequence* sequence, const memdecay_plan* plan);
+/*
+ * Phase 2 with the engine's removal: the plan is checked, then remove(user_data, pages, count) is called once with
+ * its logical pages (ascending, in the layout before the commit); it returns 0 when the engine removed them, and
+ * then the state commits. Any other return leaves the state as it was (MEMDECAY_CALLBACK_ERROR).
+ */
+typedef int (*memdecay_remove_pages_fn)(void* user_data, const size_t* pages, size_t count);
+MEMDECAY_C_API memdecay_status memdecay_sequence_commit_with(memdecay_sequence* sequence, const memdecay_plan* plan,
+                                                             memdecay_remove_pages_fn remove, void* user_data);
+/* Phase 2 to a table (row: the pool's sequence id or the view's batch row); *removal (may be NULL) says what left. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_commit_to_table(memdecay_sequence* sequence, const memdecay_plan* plan,
+                                                                 memdecay_table* table, uint64_t row,
+                                                                 memdecay_removal** removal);
+
+/* State. */
+typedef struct memdecay_sequence_info {
+  size_t kv_len;    /* resident tokens */
+  size_t num_pages; /* resident pages */
+  size_t page_size;
+  uint64_t logical_len; /* every token ever appended (the next position) */
+  uint64_t evicted_tokens;
+  uint32_t now;
+  uint64_t generation; /* bumped by every change; a plan is valid only at its generation */
+  uint64_t digest;     /* everything selection depends on: equal digests, equal decisions */
+  int has_prefix_cache_boundary;
+  uint64_t prefix_cache_boundary; /* the first original page that is gone */
+} memdecay_sequence_info;
+MEMDECAY_C_API memdecay_status memdecay_sequence_get_info(const memdecay_sequence* sequence,
+                                                          memdecay_sequence_info* info);
+/* The policy's name (valid while the sequence lives). */
+MEMDECAY_C_API const char* memdecay_sequence_policy(const memdecay_sequence* sequence);
+MEMDECAY_C_API memdecay_status memdecay_sequence_page_scores(const memdecay_sequence* sequence, float* scores,
+                                                             size_t capacity, size_t* count);
+/* The original position of each resident token. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_positions(const memdecay_sequence* sequence, uint64_t* positions,
+                                                           size_t capacity, size_t* count);
+MEMDECAY_C_API memdecay_status memdecay_sequence_labels(const memdecay_sequence* sequence, uint8_t* labels,
+                                                        size_t capacity, size_t* count);
+MEMDECAY_C_API memdecay_status memdecay_sequence_region_id(const memdecay_sequence* sequence, const char* name,
+                                                           uint8_t* id);
+
+/* Plans. */
+typedef struct memdecay_plan_view {
+  const size_t* pages; /* logical pages, ascending */
+  const float* scores; /* each victim's page score */
+  size_t num_pages;
+  size_t requested;
+  size_t pages_over_budget; /* by which the high watermark is still exceeded after the plan */
+  size_t page_size;
+  uint64_t generation;
+} memdecay_plan_view;
+MEMDECAY_C_API memdecay_plan_view memdecay_plan_get(const memdecay_plan* plan);
+MEMDECAY_C_API void memdecay_plan_destroy(memdecay_plan* plan);
+
+/* ---- exports ------------------------------------------------------------------------------------------------- */
+
+/* A llama.cpp position range [p0, p1) for llama_memory_seq_rm. */
+typedef struct memdecay_llama_range {
+  int32_t p0;
+  int32_t p1;
+} memdecay_llama_range;
+/* The plan's victims as merged position ranges (call before the commit). */
+MEMDECAY_C_API memdecay_status memdecay_llama_position_ranges(const memdecay_sequence* sequence,
+                                                              const memdecay_plan* plan, memdecay_llama_range* ranges,
+                                                              size_t capacity, size_t* count);
+/* Every position evicted so far, merged. */
+MEMDECAY_C_API memdecay_status memdecay_llama_evicted_ranges(const memdecay_sequence* sequence,
+                                                             memdecay_llama_range* ranges, size_t capacity,
+                                                             size_t* count);
+/* TensorRT-LLM's TokenRangeRetentionConfig entries. */
+typedef struct memdecay_token_range_retention {
+  int64_t token_start;
+  int64_t token_end;
+  int priority; /* 0..100 */
+  int has_duration;
+  int64_t duration_ms;
+} memdecay_token_range_retention;
+/* milliseconds_per_step: wall-clock ms of one step, to turn half-lives into durations (0: no durations). */
+MEMDECAY_C_API memdecay_status memdecay_tensorrt_llm_retention(const memdecay_sequence* sequence,
+                                                               double milliseconds_per_step,
+                                                               memdecay_token_range_retention* entries, size_t capacity,
+                                                               size_t* count);
+
+/* ---- the manager ---------------------------------------------------------------------------------------------- */
+
+typedef struct memdecay_manager memdecay_manager;
+typedef struct memdecay_global_plan memdecay_global_plan;
+
+/* Many sequences of one policy under one pool: global_high pages (0: no global budget), global_low <= high. */
+MEMDECAY_C_API memdecay_status memdecay_manager_create(const char* policy, size_t page_size, size_t global_high,
+                                                       size_t global_low, memdecay_manager** out);
+MEMDECAY_C_API void memdecay_manager_destroy(memdecay_manager* manager);
+MEMDECAY_C_API const char* memdecay_manager_last_error(const memdecay_manager* manager);
+/*
+ * Opens sequence `id` at the manager's clock. *out (may be NULL) is a handle to it: every sequence call works on
+ * it except the commits (commit through the manager); after close it is a MEMDECAY_USAGE_ERROR. Destroy it with
+ * memdecay_sequence_destroy (the sequence stays open).
+ */
+MEMDECAY_C_API memdecay_status memdecay_manager_open(memdecay_manager* manager, uint64_t id,
+                                                     const memdecay_config* config, const char* params,
+                                                     memdecay_sequence** out);
+MEMDECAY_C_API memdecay_status memdecay_manager_sequence(memdecay_manager* manager, uint64_t id,
+                                                         memdecay_sequence** out);
+/* A child sharing the parent's full pages, with a copy of its policy state; pool (may be NULL) forks too. */
+MEMDECAY_C_API memdecay_status memdecay_manager_fork(memdecay_manager* manager, uint64_t parent, uint64_t child,
+                                                     memdecay_table* pool);
+MEMDECAY_C_API memdecay_status memdecay_manager_close(memdecay_manager* manager, uint64_t id);
+MEMDECAY_C_API memdecay_status memdecay_manager_advance_to(memdecay_manager* manager, uint32_t step);
+MEMDECAY_C_API memdecay_status memdecay_manager_protect_pages(memdecay_manager* manager, uint64_t id,
+                                                              const size_t* pages, size_t count);
+MEMDECAY_C_API memdecay_status memdecay_manager_protect_tail_tokens(memdecay_manager* manager, uint64_t id,
+                                                                    size_t tokens);
+MEMDECAY_C_API memdecay_status memdecay_manager_clear_protections(memdecay_manager* manager);
+MEMDECAY_C_API memdecay_status memdecay_manager_set_shared(memdecay_manager* manager, uint64_t id, const size_t* pages,
+                                                           size_t count, int shared);
+typedef struct memdecay_manager_info {
+  size_t sequences;
+  size_t resident_pages;
+  size_t reclaimable_pages;
+  size_t physical_pages;
+  uint32_t now;
+  uint64_t digest;
+} memdecay_manager_info;
+MEMDECAY_C_API memdecay_status memdecay_manager_get_info(const memdecay_manager* manager, memdecay_manager_info* info);
+MEMDECAY_C_API memdecay_status memdecay_manager_ids(const memdecay_manager* manager, uint64_t* ids, size_t capacity,
+                                                    size_t* count);
+
+/* Phase 1 (changes nothing): every sequence's budget, then the global one, plus pages_to_free more. */
+MEMDECAY_C_API memdecay_status memdecay_manager_select_global(const memdecay_manager* manager, size_t pages_to_free,
+                                                              memdecay_global_plan** out);
+/* Phase 2, state only. */
+MEMDECAY_C_API memdecay_status memdecay_manager_commit(memdecay_manager* manager, const memdecay_global_plan* plan);
+/*
+ * Phase 2 with the engine's removal: every sequence's plan is checked, then remove(user_data, sequences, pages,
+ * count) is called once with every victim, grouped by sequence in id order (pages ascending within a sequence, in
+ * the layout before the commit). It returns 0 when the engine removed them all, and then every state commits; any
+ * other return leaves every state as it was (MEMDECAY_CALLBACK_ERROR).
+ */
+typedef int (*memdecay_remove_sequence_pages_fn)(void* user_data, const uint64_t* sequences, const size_t* pages,
+                                                 size_t count);
+MEMDECAY_C_API memdecay_status memdecay_manager_commit_with(memdecay_manager* manager, const memdecay_global_plan* plan,
+                                                            memdecay_remove_sequence_pages_fn remove, void* user_data);
+/*
+ * Phase 2 to a table, all or nothing. rows maps the manager's ids to the table's rows: ids[i] -> rows[i]; NULL ids
+ * and rows with count 0 mean the ids are the rows (the block pool). removals (may be NULL) gets one removal per
+ * sequence that lost pages, in id order: removal_ids[i] and removals[i], both of capacity `capacity`; *count is
+ * the number of sequences.
+ */
+MEMDECAY_C_API memdecay_status memdecay_manager_commit_to_table(memdecay_manager* manager,
+                                                                const memdecay_global_plan* plan, memdecay_table* table,
+                                                                const uint64_t* ids, const uint64_t* rows,
+                                                                size_t num_rows, uint64_t* removal_ids,
+                                                                memdecay_removal** removals, size_t capacity,
+                                                                size_t* count);
+
+typedef enum memdecay_victim_reason {
+  MEMDECAY_VICTIM_SEQUENCE_BUDGET = 0, /* the sequence's own budget */
+  MEMDECAY_VICTIM_GLOBAL_BUDGET = 1,   /* the global budget */
+  MEMDECAY_VICTIM_REQUESTED = 2,       /* pages_to_free */
+  MEMDECAY_VICTIM_MAX_ENUM = 0x7fffffff
+} memdecay_victim_reason;
+typedef struct memdecay_global_victim {
+  uint64_t sequence;
+  size_t page;
+  float score;
+  int shared;
+  memdecay_victim_reason reason;
+} memdecay_global_victim;
+typedef struct memdecay_global_plan_view {
+  const memdecay_global_victim* victims; /* in the total order (score, tie hash, id, page) */
+  size_t num_victims;
+  size_t pages_freed;
+  size_t pages_short;
+  uint64_t digest;
+} memdecay_global_plan_view;
+MEMDECAY_C_API memdecay_global_plan_view memdecay_global_plan_get(const memdecay_global_plan* plan);
+MEMDECAY_C_API void memdecay_global_plan_destroy(memdecay_global_plan* plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MEMDECAY_C_MEMDECAY_H */

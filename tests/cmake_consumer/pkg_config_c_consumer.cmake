@@ -1,0 +1,20 @@
+# Compiles the C consumer with only the flags `pkg-config --cflags --libs memdecay_c` gives (plus the sanitizer
+# runtimes when the installed library is instrumented), then runs it against the installed shared library.
+set(ENV{PKG_CONFIG_PATH} "${PREFIX}/share/pkgconfig")
+execute_process(COMMAND ${PKG_CONFIG} --cflags --libs memdecay_c OUTPUT_VARIABLE flags RESULT_VARIABLE rc
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config --cflags --libs memdecay_c failed")
+endif()
+separate_arguments(flags UNIX_COMMAND "${flags}")
+separate_arguments(extra UNIX_COMMAND "${EXTRA}")
+execute_process(COMMAND ${CC} -std=c99 -Wall -Wextra -Werror ${SOURCE} ${flags} ${extra} -o ${OUT} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compiling with pkg-config flags failed: ${flags}")
+endif()
+string(REGEX MATCH "-L([^;]+)" libdir "${flags}")
+set(ENV{LD_LIBRARY_PATH} "${CMAKE_MATCH_1}")
+execute_process(COMMAND ${OUT} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "C consumer failed")
+endif()
