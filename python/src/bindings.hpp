@@ -66,10 +66,16 @@ py::array_t<T> exact_array(const py::handle& obj, const char* name, py::ssize_t 
 
 /// Attention mass: a C-contiguous float32 array of `ndim` dimensions viewed in place; a float64 one is converted
 /// once to float32 (the sequence's score type), any other dtype or layout is a ValueError naming `name`. Accepts
-/// what numpy.asarray accepts without copying (PyTorch CPU tensors, __array__, the buffer protocol).
+/// DLPack producers (__dlpack__: PyTorch CPU tensors, through numpy.from_dlpack) and what numpy.asarray accepts
+/// without copying (__array__, the buffer protocol).
 inline py::array_t<float> mass_array(const py::handle& obj, const char* name, py::ssize_t ndim) {
-  py::array a = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)
-                                               : py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+  py::array a;
+  if (py::isinstance<py::array>(obj))
+    a = py::reinterpret_borrow<py::array>(obj);
+  else if (py::hasattr(obj, "__dlpack__"))  // a DLPack producer (a PyTorch CPU tensor): viewed, not copied
+    a = py::module_::import("numpy").attr("from_dlpack")(obj).cast<py::array>();
+  else
+    a = py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
   if (a.ndim() != ndim)
     raise_argument(name, std::to_string(a.ndim()) + " dimensions, expected " + std::to_string(ndim));
   if (!(a.flags() & py::array::c_style)) raise_argument(name, "not C-contiguous (pass numpy.ascontiguousarray(x))");

@@ -66,6 +66,32 @@ class ArrayLike:
         return self.a
 
 
+class DLPackOnly:
+    """A DLPack producer and nothing else (no __array__, no buffer): what numpy.from_dlpack reads."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_producers_are_read_in_place(rng):
+    m = attention(rng, 32)
+    a, b = md.Sequence(), md.Sequence()
+    for s in (a, b):
+        s.append("user", 32)
+        s.advance_to(1)
+    assert a.observe_tokens(DLPackOnly(m)) == b.observe_tokens(m)
+    assert a.digest() == b.digest()
+    with pytest.raises(ValueError, match="mass: dtype int32"):
+        a.observe_tokens(DLPackOnly(np.zeros(32, dtype=np.int32)))
+    assert a.digest() == b.digest()
+
+
 def test_array_protocol_objects_are_accepted(rng):
     seq = md.Sequence()
     seq.append("user", 32)
