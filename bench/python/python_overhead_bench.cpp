@@ -74,8 +74,8 @@ python_side& python_for(std::size_t n) {
     const auto& w = data(n);
     py::module_ memdecay = py::module_::import("memdecay");
     py::module_ np = py::module_::import("numpy");
-    p.seq = memdecay.attr("Sequence")(memdecay.attr("Config")(py::arg("page_size") = kPage,
-                                                                py::arg("normalization") = "uniform"));
+    p.seq = memdecay.attr("Sequence")(
+        memdecay.attr("Config")(py::arg("page_size") = kPage, py::arg("normalization") = "uniform"));
     p.seq.attr("append_tokens")(py::array_t<std::uint8_t>(static_cast<py::ssize_t>(n), w.labels.data()));
     p.mass = py::array_t<float>(static_cast<py::ssize_t>(n), w.mass.data());
     py::dict scope;
