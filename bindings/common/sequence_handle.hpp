@@ -20,6 +20,7 @@
 #include <memdecay/core/sequence.hpp>
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/io/snapshot.hpp>
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 #include <memdecay/page_tables/sglang_req_to_token.hpp>
@@ -90,6 +91,10 @@ class sequence_handle {
   [[nodiscard]] virtual std::vector<md::llama_position_range> llama_evicted_ranges() const = 0;
   [[nodiscard]] virtual std::vector<md::token_range_retention> tensorrt_llm_retention(
       const md::retention_options& options) const = 0;
+  /// The state snapshot (io/snapshot.hpp, docs/snapshot-format.md).
+  [[nodiscard]] virtual std::vector<std::byte> save() const = 0;
+  /// Restores the state from a snapshot saved with this config and these parameters (all or nothing).
+  virtual void load(std::span<const std::byte> bytes) = 0;
   /// A new, unmanaged copy (its own layout and policy state).
   [[nodiscard]] virtual std::unique_ptr<sequence_handle> copy() const = 0;
 };
@@ -196,6 +201,8 @@ class handle_impl final : public sequence_handle {
       const md::retention_options& options) const override {
     return md::tensorrt_llm_retention(get(), options);
   }
+  [[nodiscard]] std::vector<std::byte> save() const override { return md::snapshot::save(get()); }
+  void load(std::span<const std::byte> bytes) override { md::snapshot::load(get(), bytes); }
   [[nodiscard]] std::unique_ptr<sequence_handle> copy() const override;
 
   Seq& get() const { return access_(); }

@@ -218,6 +218,20 @@ memdecay_status memdecay_sequence_region_id(const memdecay_sequence* sequence, c
                      [&](sequence_handle& s) { *require(id, "id") = s.regions().id_of(require(name, "name")); });
 }
 
+memdecay_status memdecay_sequence_save(const memdecay_sequence* sequence, uint8_t* bytes, size_t capacity,
+                                       size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    copy_out(s.save(), bytes, capacity, count, "bytes", [](std::byte b) { return static_cast<uint8_t>(b); });
+  });
+}
+
+memdecay_status memdecay_sequence_load(memdecay_sequence* sequence, const uint8_t* bytes, size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const auto in = array_of(bytes, count, "bytes");
+    s.load(std::as_bytes(in));
+  });
+}
+
 memdecay_plan_view memdecay_plan_get(const memdecay_plan* plan) {
   if (!plan) return memdecay_plan_view{};
   const plan_type& p = plan->plan;

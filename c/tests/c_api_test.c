@@ -301,6 +301,41 @@ static void test_commits(void) {
   memdecay_config_destroy(cfg);
 }
 
+static void test_snapshots(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence *seq, *restored = NULL, *h2o = NULL;
+  uint8_t* bytes;
+  size_t n = 0, m = 0;
+  uint64_t before;
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256);
+  CHECK_OK(memdecay_sequence_save(seq, NULL, 0, &n));
+  CHECK(n > 256);
+  bytes = (uint8_t*)malloc(n);
+  CHECK_FAILS(memdecay_sequence_save(seq, bytes, n - 1, &m), MEMDECAY_BUFFER_TOO_SMALL, "needed");
+  CHECK_OK(memdecay_sequence_save(seq, bytes, n, &m));
+  CHECK(m == n && memcmp(bytes, "MDSNAP\r\n", 8) == 0);
+  CHECK_OK(memdecay_sequence_create(cfg, "memdecay", NULL, &restored));
+  CHECK_OK(memdecay_sequence_load(restored, bytes, n));
+  CHECK(digest_of(restored) == digest_of(seq));
+  /* Corrupted, truncated, another policy: named, and nothing changes. */
+  CHECK_OK(memdecay_sequence_append(restored, MEMDECAY_REGION_USER, 3));
+  before = digest_of(restored);
+  bytes[100] ^= 4;
+  CHECK_FAILS(memdecay_sequence_load(restored, bytes, n), MEMDECAY_INPUT_ERROR, "checksum");
+  bytes[100] ^= 4;
+  CHECK_FAILS(memdecay_sequence_load(restored, bytes, 30), MEMDECAY_INPUT_ERROR, "truncated");
+  CHECK(digest_of(restored) == before);
+  CHECK_OK(memdecay_sequence_create(cfg, "h2o", NULL, &h2o));
+  CHECK_FAILS(memdecay_sequence_load(h2o, bytes, n), MEMDECAY_INPUT_ERROR, "policy");
+  CHECK_FAILS(memdecay_sequence_load(h2o, NULL, 5), MEMDECAY_INVALID_ARGUMENT, "bytes");
+  free(bytes);
+  memdecay_sequence_destroy(h2o);
+  memdecay_sequence_destroy(restored);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 /* The same plan to each table: the engine's arrays change exactly as the removal says. */
 static void test_tables(void) {
   memdecay_config* cfg = NULL;
@@ -497,6 +532,7 @@ int main(int argc, char** argv) {
   test_policies_and_params();
   test_sequence_errors_change_nothing();
   test_commits();
+  test_snapshots();
   test_tables();
   test_manager();
   if (failures) {

@@ -77,6 +77,24 @@ void bind_sequence(py::module_& m) {
       .def_property_readonly("prefix_cache_boundary", &H::prefix_cache_boundary)
       .def("digest", &H::digest, "Everything selection depends on; equal digests mean equal decisions.")
       .def(
+          "save",
+          [](const H& s) {
+            const auto b = s.save();
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          "The state snapshot as bytes (docs/snapshot-format.md): labels, clocks, the policy's columns, origins.")
+      .def(
+          "load",
+          [](H& s, const py::buffer& data) {
+            const py::buffer_info info = data.request();
+            if (info.ndim != 1 || info.itemsize != 1)
+              raise_argument("snapshot", "expected bytes (a 1-D buffer of bytes)");
+            s.load({static_cast<const std::byte*>(info.ptr), static_cast<std::size_t>(info.size)});
+          },
+          py::arg("snapshot"),
+          "Restores the state from save()'s bytes; the sequence must have the config and policy parameters they "
+          "were saved with. InputError naming the field and offset otherwise; nothing changes then.")
+      .def(
           "append",
           [](H& s, const py::object& region, std::size_t count) { s.append(region_of(region, s.regions()), count); },
           py::arg("region"), py::arg("count") = 1, "Appends `count` tokens of `region` (an id or a name).")

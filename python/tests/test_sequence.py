@@ -225,3 +225,47 @@ def test_no_python_memory_grows_over_many_calls(rng):
     after, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert after - before < 64 * 1024, f"{after - before} bytes still allocated after 10^5 calls"
+
+
+@pytest.mark.parametrize("policy", md.POLICIES)
+def test_a_snapshot_restores_the_state_and_the_decisions(policy, rng):
+    cfg = md.Config(budget=md.Budget.tokens(96, 64), page_size=8)
+    seq = md.Sequence(cfg, policy=policy)
+    for step in range(1, 10):
+        seq.append("tool_out" if step % 2 else "user", 24)
+        seq.advance_to(step)
+        seq.observe_tokens(attention(rng, seq.kv_len))
+        seq.commit(seq.select_for_budget())
+    snapshot = seq.save()
+    assert isinstance(snapshot, bytes) and snapshot[:8] == b"MDSNAP\r\n"
+    restored = md.Sequence(cfg, policy=policy)
+    restored.load(snapshot)
+    assert restored.digest() == seq.digest()
+    for step in range(10, 14):
+        mass = attention(rng, seq.kv_len + 16)
+        for s in (seq, restored):
+            s.append("scratchpad", 16)
+            s.advance_to(step)
+            s.observe_tokens(mass)
+        a, b = seq.select_for_budget(), restored.select_for_budget()
+        assert list(a.pages) == list(b.pages)
+        seq.commit(a)
+        restored.commit(b)
+    assert restored.digest() == seq.digest()
+
+
+def test_a_bad_snapshot_is_an_input_error_that_changes_nothing():
+    seq = md.Sequence()
+    seq.append("user", 40)
+    snapshot = bytearray(seq.save())
+    other = md.Sequence()
+    other.append("plan", 3)
+    digest = other.digest()
+    snapshot[60] ^= 0x01
+    with pytest.raises(md.InputError, match="checksum"):
+        other.load(bytes(snapshot))
+    with pytest.raises(md.InputError, match="policy"):
+        md.Sequence(policy="h2o").load(seq.save())
+    with pytest.raises(md.InputError, match="truncated"):
+        other.load(seq.save()[:20])
+    assert other.digest() == digest

@@ -296,6 +296,14 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_labels(const memdecay_sequence*
 MEMDECAY_C_API memdecay_status memdecay_sequence_region_id(const memdecay_sequence* sequence, const char* name,
                                                            uint8_t* id);
 
+/* Snapshots (docs/snapshot-format.md): the state as bytes, for preemption, restart and migration. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_save(const memdecay_sequence* sequence, uint8_t* bytes,
+                                                      size_t capacity, size_t* count);
+/* Restores the state; the sequence must have the config and policy parameters the snapshot was saved with
+ * (MEMDECAY_INPUT_ERROR naming the field and byte offset otherwise, and nothing changes). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_load(memdecay_sequence* sequence, const uint8_t* bytes,
+                                                      size_t count);
+
 /* Plans. */
 typedef struct memdecay_plan_view {
   const size_t* pages; /* logical pages, ascending */

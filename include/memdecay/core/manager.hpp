@@ -536,7 +536,7 @@ class basic_manager {
     h.add(static_cast<std::uint64_t>(config_.page_size)).add(config_.global.high).add(config_.global.low).add(now_);
     for (const auto& [id, e] : entries_) {
       h.add(static_cast<std::uint64_t>(id)).add(e.seq->digest());
-      add_config(h, e.seq->get_config(), e.seq->regions());
+      h.add(e.seq->config_digest());
       h.add(static_cast<std::uint64_t>(e.protected_origins.size()));
       for (std::uint64_t o : e.protected_origins) h.add(o);
       h.add(static_cast<std::uint64_t>(e.shared.size()));
@@ -720,17 +720,6 @@ class basic_manager {
       unlink(e, o);
       e.protected_origins.erase(o);
     }
-  }
-
-  static void add_config(detail::fnv1a64& h, const config& c, const region_table& regions) noexcept {
-    h.add(c.alpha).add(c.effective_beta()).add(c.tau).add(static_cast<std::uint64_t>(c.page_size));
-    h.add(static_cast<std::uint8_t>(c.normalization));
-    h.add(static_cast<std::uint64_t>(c.protection.sink_pages))
-        .add(static_cast<std::uint64_t>(c.protection.recent_tokens));
-    h.add(c.protection.recent_fraction);
-    h.add(static_cast<std::uint8_t>(c.budget.unit)).add(c.budget.high).add(c.budget.low.value_or(c.budget.high));
-    for (const auto& r : regions.params())
-      h.add(r.base_priority).add(r.decay_rate).add(static_cast<std::uint8_t>(r.pinned));
   }
 
   manager_config config_;

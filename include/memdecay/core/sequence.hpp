@@ -111,6 +111,21 @@ class basic_sequence {
     h.add(state_.digest()).add(policy_.digest());
     return h.value();
   }
+  /// A digest of the configuration decisions depend on (alpha, EWMA factor, tau, page size, normalisation,
+  /// protections, budget, the effective region table): ranks and snapshots (io/snapshot.hpp) compare it.
+  [[nodiscard]] std::uint64_t config_digest() const noexcept {
+    detail::fnv1a64 h;
+    const config& c = config_;
+    h.add(c.alpha).add(c.effective_beta()).add(c.tau).add(static_cast<std::uint64_t>(c.page_size));
+    h.add(static_cast<std::uint8_t>(c.normalization));
+    h.add(static_cast<std::uint64_t>(c.protection.sink_pages))
+        .add(static_cast<std::uint64_t>(c.protection.recent_tokens));
+    h.add(c.protection.recent_fraction);
+    h.add(static_cast<std::uint8_t>(c.budget.unit)).add(c.budget.high).add(c.budget.low.value_or(c.budget.high));
+    for (const auto& r : regions_.params())
+      h.add(r.base_priority).add(r.decay_rate).add(static_cast<std::uint8_t>(r.pinned));
+    return h.value();
+  }
   /// Whether a manager owns this sequence (then commit goes through the manager).
   [[nodiscard]] bool managed() const noexcept { return mark_.owned; }
 
@@ -274,6 +289,7 @@ class basic_sequence {
   }
 
  private:
+  friend struct detail::snapshot_access;
   template <class Sequence, std::integral SequenceId>
   friend class basic_manager;
 

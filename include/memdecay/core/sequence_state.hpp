@@ -31,6 +31,10 @@
 
 namespace memdecay {
 
+namespace detail {
+struct snapshot_access;  // io/snapshot.hpp: writes and restores the layout
+}  // namespace detail
+
 /// A run of `count` consecutive tokens of one region (the run-length form of labels).
 struct region_span {
   region_id region;
@@ -177,6 +181,7 @@ class sequence_state {
   }
 
  private:
+  friend struct detail::snapshot_access;
   void reserve_for(std::size_t extra) {
     const std::size_t n = kv_len() + extra;
     detail::reserve_for_append(region_, n);  // geometric: one decode token per append stays O(1) amortised

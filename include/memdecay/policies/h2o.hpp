@@ -91,6 +91,14 @@ class h2o {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("recent_tokens", recent_tokens_);
+    f.param("recent_fraction", recent_fraction_);
+    f.column("sum", sum_, f.kv_len());
+  }
+
  private:
   std::size_t recent_tokens_;
   double recent_fraction_;

@@ -292,6 +292,40 @@ class memdecay {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  /// The exp-free weights, the clock's epoch and the page-score cache are saved too, so that a loaded sequence
+  /// scores bit for bit as the saved one (recomputing them would agree only to within the scorer's tolerance).
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("aggregation", aggregation_);
+    f.value("expfree", expfree_);
+    if (expfree_ && !clock_.usable())
+      detail::raise_input("snapshot field expfree: set, but the region table is outside the exp-free domain");
+    step_t epoch = clock_.epoch(), now = clock_.now();
+    f.value("clock_epoch", epoch);
+    f.value("clock_now", now);
+    if constexpr (Fields::loading) {
+      if (now < epoch || clock_.needs_rebase(now))
+        detail::raise_input("snapshot fields clock_epoch/clock_now: " + detail::to_text(epoch) + "/" +
+                            detail::to_text(now) + " (now must be within the clock's span after the epoch)");
+      clock_.set(epoch, now);
+    }
+    f.value("scale", params_.scale);
+    f.column("last_refresh", last_refresh_, f.kv_len());
+    f.column("ewma", ewma_, f.kv_len());
+    f.column("appended_at", appended_at_, f.kv_len());
+    f.value("observations", observations_);
+    f.column("weights", weights_, expfree_ ? f.kv_len() : 0);
+    f.value("scores_valid", scores_valid_);
+    f.value("scores_step", scores_step_);
+    f.value("scores_tokens", scores_tokens_);
+    std::vector<Float> cached;  // the cache only while it is valid (a stale one is never read)
+    if constexpr (!Fields::loading)
+      if (scores_valid_) cached = scores_;
+    f.column("scores", cached, scores_valid_ ? f.num_pages() : 0);
+    if constexpr (Fields::loading) scores_ = std::move(cached);
+  }
+
  private:
   /// out[p] = mean over page p of b_r exp(-lambda_r dt) + alpha a, with a from `attended` (per token): the
   /// exp-free kernel while its clock is at view.now, else the polynomial one.

@@ -78,6 +78,14 @@ class norm_sum {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.column("sum", sum_, f.kv_len());
+    f.column("appended_at", appended_at_, f.kv_len());
+    f.value("observations", observations_);
+  }
+
  private:
   std::vector<Float> sum_;
   std::vector<std::uint32_t> appended_at_;

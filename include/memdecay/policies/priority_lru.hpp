@@ -114,6 +114,14 @@ class priority_lru {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param_list("priority", priority_);
+    f.param("refresh_threshold", threshold_);
+    f.column("last_refresh", last_refresh_, f.kv_len());
+  }
+
  private:
   std::vector<int> priority_;
   double threshold_;

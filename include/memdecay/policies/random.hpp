@@ -46,6 +46,12 @@ class random : public policy_support::stateless_hooks<Float> {
   }
   [[nodiscard]] std::uint64_t digest() const noexcept { return seed_; }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("seed", seed_);
+  }
+
  private:
   std::uint64_t seed_;
 };

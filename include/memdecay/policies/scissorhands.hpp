@@ -93,6 +93,15 @@ class scissorhands {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("history_window", window_);
+    f.param("recent_tokens", recent_tokens_);
+    f.column("history", history_, f.kv_len());
+    f.column("seen", seen_, f.kv_len());
+  }
+
  private:
   std::size_t window_;
   std::size_t recent_tokens_;

@@ -111,6 +111,17 @@ class snapkv {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("window", window_);
+    f.param("kernel_size", kernel_);
+    f.param("pooling", pool_);
+    f.column("ring", ring_, f.kv_len() * window_);
+    f.column("appended_at", appended_at_, f.kv_len());
+    f.value("observations", observations_);
+  }
+
  private:
   std::size_t window_, kernel_;
   pooling pool_;

@@ -47,6 +47,12 @@ class streaming_llm : public policy_support::stateless_hooks<Float> {
   }
   [[nodiscard]] std::uint64_t digest() const noexcept { return sink_tokens_; }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.param("sink_tokens", sink_tokens_);
+  }
+
  private:
   std::size_t sink_tokens_;
 };

@@ -64,6 +64,12 @@ class tova {
     return h.value();
   }
 
+  /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
+  template <class Fields>
+  void snapshot_fields(Fields& f) {
+    f.column("last", last_, f.kv_len());
+  }
+
  private:
   std::vector<Float> last_;
 };

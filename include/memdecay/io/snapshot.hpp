@@ -1,0 +1,466 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: state snapshots, so that a sequence's policy state survives preemption, restart and migration.
+//
+//   std::vector<std::byte> bytes = memdecay::snapshot::save(seq);   // any policy's basic_sequence
+//   ...                                                             // preempted, restarted, migrated
+//   memdecay::policy_sequence<P> seq2(cfg, params);                 // the same config and parameters
+//   memdecay::snapshot::load(seq2, bytes);                          // seq2.digest() == seq.digest()
+//
+// The format is docs/snapshot-format.md: little-endian, versioned, a header (magic, format version, library
+// version, float type, page size, config digest, policy name) with its own CRC-32C, then the payload (the layout,
+// the policy's named fields, the sequence digest) with a CRC-32C. A snapshot holds state, not configuration: the
+// engine rebuilds the sequence from its own config and parameters, and load checks that they are the ones the
+// snapshot was saved with (config digest, policy name, each policy parameter).
+//
+// load never half-applies: everything is parsed and checked into a copy first, and an error (input_error naming
+// the field and its byte offset; usage_error for a managed target) leaves the target as it was. After a load the
+// sequence is bit-identical to the saved one: the same digest(), the same victims for every later call.
+#ifndef MEMDECAY_IO_SNAPSHOT_HPP
+#define MEMDECAY_IO_SNAPSHOT_HPP
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "memdecay/core/sequence.hpp"
+#include "memdecay/detail/crc32c.hpp"
+#include "memdecay/detail/error.hpp"
+#include "memdecay/version.hpp"
+
+namespace memdecay {
+
+namespace snapshot {
+
+/// The format version this library writes and reads.
+inline constexpr std::uint32_t format_version = 1;
+/// The first 8 bytes of every snapshot.
+inline constexpr std::array<char, 8> magic = {'M', 'D', 'S', 'N', 'A', 'P', '\r', '\n'};
+/// Bytes of the fixed part of the header (the policy name follows it).
+inline constexpr std::size_t header_bytes = 48;
+
+}  // namespace snapshot
+
+namespace detail {
+
+// Little-endian encoding of one trivially copyable scalar (integers, enums, bool, float, double).
+template <class T>
+auto to_bits(T v) noexcept {
+  if constexpr (std::is_enum_v<T>) {
+    return static_cast<std::make_unsigned_t<std::underlying_type_t<T>>>(v);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return static_cast<std::uint8_t>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (sizeof(T) == 4)
+      return std::bit_cast<std::uint32_t>(v);
+    else
+      return std::bit_cast<std::uint64_t>(v);
+  } else {
+    return static_cast<std::make_unsigned_t<T>>(v);
+  }
+}
+template <class T, class U>
+T from_bits(U u) noexcept {
+  if constexpr (std::is_enum_v<T>) {
+    return static_cast<T>(u);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return u != 0;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<T>(u);
+  } else {
+    return static_cast<T>(u);
+  }
+}
+
+// The kind of a field's elements, stored beside their size so that a reader never misreads a column.
+template <class T>
+constexpr std::uint8_t element_kind() noexcept {
+  if constexpr (std::is_floating_point_v<T>)
+    return 2;
+  else if constexpr (std::is_signed_v<T> && !std::is_enum_v<T>)
+    return 1;
+  else
+    return 0;  // unsigned integers, enums, bool
+}
+
+// Whether T's in-memory bytes are its encoding (a little-endian host, no conversion; bool is checked on read).
+template <class T>
+inline constexpr bool raw_copy = std::endian::native == std::endian::little && sizeof(T) == sizeof(to_bits(T{}));
+
+class snapshot_writer {
+ public:
+  static constexpr bool loading = false;
+  snapshot_writer(std::size_t kv_len, std::size_t num_pages) : kv_len_(kv_len), num_pages_(num_pages) {
+    out_.reserve(1024 + 24 * kv_len + 16 * num_pages);  // every shipped policy's fields fit (SnapKV's ring aside)
+  }
+
+  template <class T>
+  void put(T v) {
+    auto u = to_bits(v);
+    for (std::size_t i = 0; i < sizeof(u); ++i) out_.push_back(static_cast<std::byte>((u >> (8 * i)) & 0xFFu));
+  }
+  void put_bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
+  template <class T>
+  void put_array(std::span<const T> v) {
+    if constexpr (raw_copy<T>) {  // the bytes already are the little-endian encoding
+      put_bytes(std::as_bytes(v));
+    } else {
+      for (const T& x : v) put(x);
+    }
+  }
+
+  [[nodiscard]] std::size_t kv_len() const noexcept { return kv_len_; }
+  [[nodiscard]] std::size_t num_pages() const noexcept { return num_pages_; }
+  template <class T>
+  void param(std::string_view name, T& v) {
+    scalar(name, 1, v);
+  }
+  template <class T>
+  void value(std::string_view name, T& v) {
+    scalar(name, 2, v);
+  }
+  template <class T>
+  void param_list(std::string_view name, std::vector<T>& v) {
+    list(name, 1, v);
+  }
+  template <class T>
+  void column(std::string_view name, std::vector<T>& v, std::size_t /*expected*/) {
+    list(name, 3, v);
+  }
+
+  [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
+  std::vector<std::byte>& bytes() noexcept { return out_; }
+
+ private:
+  template <class T>
+  void head(std::string_view name, std::uint8_t kind, std::uint64_t count) {
+    put(static_cast<std::uint8_t>(name.size()));
+    put_bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
+    put(kind);
+    put(static_cast<std::uint8_t>(sizeof(to_bits(T{}))));
+    put(element_kind<T>());
+    put(count);
+    ++fields_;
+  }
+  template <class T>
+  void scalar(std::string_view name, std::uint8_t kind, const T& v) {
+    head<T>(name, kind, 1);
+    put(v);
+  }
+  template <class T>
+  void list(std::string_view name, std::uint8_t kind, const std::vector<T>& v) {
+    head<T>(name, kind, v.size());
+    put_array(std::span<const T>(v));
+  }
+
+  std::vector<std::byte> out_;
+  std::size_t kv_len_, num_pages_;
+  std::uint32_t fields_ = 0;
+};
+
+class snapshot_reader {
+ public:
+  static constexpr bool loading = true;
+  snapshot_reader(std::span<const std::byte> bytes, std::size_t base) : in_(bytes), base_(base) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    raise_input("snapshot " + field + " at offset " + to_text(base_ + pos_) + ": " + what);
+  }
+  void need(std::size_t n, const char* field) const {
+    if (in_.size() - pos_ < n)
+      fail(field, "truncated (" + to_text(n) + " bytes needed, " + to_text(in_.size() - pos_) + " left)");
+  }
+  template <class T>
+  T get(const char* field) {
+    using U = decltype(to_bits(T{}));
+    need(sizeof(U), field);
+    U u = 0;
+    for (std::size_t i = 0; i < sizeof(U); ++i) u |= static_cast<U>(static_cast<U>(in_[pos_ + i]) << (8 * i));
+    pos_ += sizeof(U);
+    return from_bits<T>(u);
+  }
+  [[nodiscard]] std::size_t offset() const noexcept { return base_ + pos_; }
+  [[nodiscard]] std::size_t left() const noexcept { return in_.size() - pos_; }
+
+  void set_layout(std::size_t kv_len, std::size_t num_pages) noexcept {
+    kv_len_ = kv_len;
+    num_pages_ = num_pages;
+  }
+  [[nodiscard]] std::size_t kv_len() const noexcept { return kv_len_; }
+  [[nodiscard]] std::size_t num_pages() const noexcept { return num_pages_; }
+
+  template <class T>
+  void param(std::string_view name, T& v) {
+    const T saved = scalar<T>(name, 1);
+    if (to_bits(saved) != to_bits(v))
+      fail(std::string(name), "policy parameter " + std::string(name) +
+                                  " differs from the target's (build the "
+                                  "target with the parameters the snapshot was saved with)");
+  }
+  template <class T>
+  void value(std::string_view name, T& v) {
+    v = scalar<T>(name, 2);
+  }
+  template <class T>
+  void param_list(std::string_view name, std::vector<T>& v) {
+    std::vector<T> saved;
+    list(name, 1, saved, v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (to_bits(saved[i]) != to_bits(v[i]))
+        fail(std::string(name),
+             "policy parameter " + std::string(name) + "[" + to_text(i) + "] differs from the target's");
+  }
+  template <class T>
+  void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
+    std::vector<T> loaded;
+    list(name, 3, loaded, expected);
+    v = std::move(loaded);
+  }
+  [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
+
+ private:
+  template <class T>
+  std::uint64_t head(std::string_view name, std::uint8_t kind) {
+    const std::string field(name);
+    const std::size_t at = pos_;
+    const auto len = get<std::uint8_t>("field name length");
+    need(len, "field name");
+    const std::string_view found(reinterpret_cast<const char*>(in_.data() + pos_), len);
+    if (found != name) {
+      pos_ = at;
+      fail("field " + to_text(fields_),
+           "expected '" + field + "', found '" + std::string(found) + "' (a snapshot of another policy or format)");
+    }
+    pos_ += len;
+    if (get<std::uint8_t>(field.c_str()) != kind) fail(field, "wrong field kind");
+    if (get<std::uint8_t>(field.c_str()) != sizeof(to_bits(T{})) ||
+        get<std::uint8_t>(field.c_str()) != element_kind<T>())
+      fail(field, "wrong element type (a snapshot of another float type?)");
+    ++fields_;
+    return get<std::uint64_t>(field.c_str());
+  }
+  template <class T>
+  T scalar(std::string_view name, std::uint8_t kind) {
+    if (head<T>(name, kind) != 1) fail(std::string(name), "a scalar field with a count other than 1");
+    return get<T>(std::string(name).c_str());
+  }
+  template <class T>
+  void list(std::string_view name, std::uint8_t kind, std::vector<T>& out, std::size_t expected) {
+    const std::string field(name);
+    const std::uint64_t count = head<T>(name, kind);
+    if (count != expected)
+      fail(field, to_text(count) + " elements, " + to_text(expected) + " expected for this layout");
+    need(count * sizeof(to_bits(T{})), field.c_str());
+    out.resize(count);
+    if constexpr (raw_copy<T> && !std::is_same_v<T, bool>) {
+      if (count) std::memcpy(out.data(), in_.data() + pos_, count * sizeof(T));
+      pos_ += count * sizeof(T);
+    } else {
+      for (auto& x : out) x = get<T>(field.c_str());
+    }
+  }
+
+  std::span<const std::byte> in_;
+  std::size_t base_, pos_ = 0;
+  std::size_t kv_len_ = 0, num_pages_ = 0;
+  std::uint32_t fields_ = 0;
+};
+
+template <class Float>
+constexpr std::uint8_t float_code() noexcept {
+  return static_cast<std::uint8_t>(sizeof(Float));
+}
+
+inline std::uint32_t library_version_number() noexcept {
+  return static_cast<std::uint32_t>(version.major) * 1000000u + static_cast<std::uint32_t>(version.minor) * 1000u +
+         static_cast<std::uint32_t>(version.patch);
+}
+
+template <class T>
+void put_le(std::vector<std::byte>& out, std::size_t at, T v) noexcept {
+  auto u = to_bits(v);
+  for (std::size_t i = 0; i < sizeof(u); ++i) out[at + i] = static_cast<std::byte>((u >> (8 * i)) & 0xFFu);
+}
+
+struct snapshot_access {
+  template <class Seq>
+  static std::vector<std::byte> save(const Seq& seq) {
+    using P = typename Seq::policy_type;
+    using Float = typename Seq::float_type;
+    static_assert(
+        requires(P & p, snapshot_writer & w) { p.snapshot_fields(w); },
+        "this policy has no snapshot_fields(): it cannot be saved");
+    const auto& st = seq.state_;
+    const std::string_view name = P::name;
+    snapshot_writer w(st.kv_len(), st.num_pages());
+    // The header, with the checksums filled in at the end.
+    w.bytes().resize(snapshot::header_bytes);
+    std::memcpy(w.bytes().data(), snapshot::magic.data(), snapshot::magic.size());
+    put_le(w.bytes(), 8, snapshot::format_version);
+    put_le(w.bytes(), 12, library_version_number());
+    put_le(w.bytes(), 16, float_code<Float>());
+    put_le(w.bytes(), 17, static_cast<std::uint8_t>(name.size()));
+    put_le(w.bytes(), 18, std::uint16_t{0});
+    put_le(w.bytes(), 20, static_cast<std::uint32_t>(st.page_size()));
+    put_le(w.bytes(), 24, seq.config_digest());
+    w.put_bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
+    const std::size_t payload = w.bytes().size();
+    // The layout.
+    w.put(st.logical_len_);
+    w.put(st.now_);
+    w.put(st.generation_);
+    w.put(static_cast<std::uint64_t>(st.kv_len()));
+    w.put_array(std::span<const region_id>(st.region_));
+    w.put(static_cast<std::uint64_t>(st.num_pages()));
+    w.put_array(std::span<const std::uint64_t>(st.page_origin_));
+    // The policy's fields: a count, filled in after them.
+    const std::size_t count_at = w.bytes().size();
+    w.put(std::uint32_t{0});
+    const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
+    put_le(w.bytes(), count_at, w.fields());
+    w.put(seq.digest());
+    auto out = std::move(w.bytes());
+    const auto body = std::span<const std::byte>(out).subspan(payload);
+    put_le(out, 32, static_cast<std::uint64_t>(body.size()));
+    put_le(out, 40, crc32c(body));
+    put_le(out, 44, header_crc(std::span<const std::byte>(out).first(payload)));
+    return out;
+  }
+
+  template <class Seq>
+  static void load(Seq& target, std::span<const std::byte> bytes) {
+    using P = typename Seq::policy_type;
+    using Float = typename Seq::float_type;
+    if (target.managed())
+      raise_usage("snapshot load: the target is owned by a manager (load it before the manager opens it)");
+    // --- the header ---
+    snapshot_reader h(bytes, 0);
+    h.need(snapshot::header_bytes, "header");
+    if (std::memcmp(bytes.data(), snapshot::magic.data(), snapshot::magic.size()) != 0)
+      h.fail("magic", "not a memdecay snapshot");
+    (void)h.get<std::uint64_t>("magic");
+    const auto version = h.get<std::uint32_t>("format version");
+    const auto library = h.get<std::uint32_t>("library version");
+    const auto float_bytes = h.get<std::uint8_t>("float type");
+    const auto name_len = h.get<std::uint8_t>("policy name length");
+    const auto reserved = h.get<std::uint16_t>("reserved");
+    const auto page_size = h.get<std::uint32_t>("page size");
+    const auto cfg_digest = h.get<std::uint64_t>("config digest");
+    const auto payload_len = h.get<std::uint64_t>("payload length");
+    const auto payload_crc = h.get<std::uint32_t>("payload checksum");
+    const auto head_crc = h.get<std::uint32_t>("header checksum");
+    h.need(name_len, "policy name");
+    const std::size_t payload_at = snapshot::header_bytes + name_len;
+    if (header_crc(bytes.first(payload_at)) != head_crc)
+      raise_input("snapshot header checksum at offset 44: the header is corrupted (CRC-32C mismatch)");
+    if (version != snapshot::format_version)
+      raise_input("snapshot format version at offset 8: " + to_text(version) + "; this library (" +
+                  to_text(library_version_number()) + ") reads version " + to_text(snapshot::format_version) +
+                  " (written by library " + to_text(library) + ")");
+    if (reserved != 0) raise_input("snapshot reserved field at offset 18: " + to_text(reserved) + " (must be 0)");
+    const std::string_view name(reinterpret_cast<const char*>(bytes.data() + snapshot::header_bytes), name_len);
+    if (name != P::name)
+      raise_input("snapshot policy at offset 48: '" + std::string(name) + "', the target's is '" +
+                  std::string(P::name) + "'");
+    if (float_bytes != float_code<Float>())
+      raise_input("snapshot float type at offset 16: " + to_text(8 * float_bytes) + "-bit, the target's is " +
+                  to_text(8 * sizeof(Float)) + "-bit");
+    if (page_size != target.page_size())
+      raise_input("snapshot page size at offset 20: " + to_text(page_size) + ", the target's is " +
+                  to_text(target.page_size()));
+    if (cfg_digest != target.config_digest())
+      raise_input(
+          "snapshot config digest at offset 24: the target's config differs from the one the snapshot was "
+          "saved with (alpha, EWMA, tau, normalisation, protections, budget or region table)");
+    if (bytes.size() - payload_at != payload_len)
+      raise_input("snapshot payload length at offset 32: " + to_text(payload_len) + " bytes, " +
+                  to_text(bytes.size() - payload_at) + " present (truncated or padded)");
+    const auto body = bytes.subspan(payload_at);
+    if (crc32c(body) != payload_crc)
+      raise_input("snapshot payload checksum at offset 40: the payload is corrupted (CRC-32C mismatch)");
+
+    // --- the payload, into copies ---
+    snapshot_reader r(body, payload_at);
+    typename Seq::state_type st(target.page_size());
+    st.logical_len_ = r.get<std::uint64_t>("logical_len");
+    st.now_ = r.get<step_t>("now");
+    st.generation_ = r.get<std::uint64_t>("generation");
+    const auto kv_len = r.get<std::uint64_t>("kv_len");
+    if (kv_len > st.logical_len_ || kv_len > r.left())
+      r.fail("kv_len", to_text(kv_len) + " resident tokens (logical length " + to_text(st.logical_len_) + ")");
+    if ((st.logical_len_ - kv_len) % page_size != 0) r.fail("kv_len", "the evicted tokens are not whole pages");
+    st.region_.resize(kv_len);
+    for (auto& l : st.region_) {
+      l = r.get<region_id>("labels");
+      if (l >= target.regions().size()) r.fail("labels", "region " + to_text(l) + " is not in the target's table");
+    }
+    const auto pages = r.get<std::uint64_t>("num_pages");
+    if (pages != (kv_len + page_size - 1) / page_size)
+      r.fail("num_pages", to_text(pages) + " pages for " + to_text(kv_len) + " tokens");
+    st.page_origin_.resize(pages);
+    const std::uint64_t logical_pages = (st.logical_len_ + page_size - 1) / page_size;
+    for (std::size_t p = 0; p < pages; ++p) {
+      const auto o = r.get<std::uint64_t>("page origins");
+      if (o >= logical_pages || (p > 0 && o <= st.page_origin_[p - 1]))
+        r.fail("page origins", "page " + to_text(p) + " has origin " + to_text(o) + " (ascending, below " +
+                                   to_text(logical_pages) + ")");
+      st.page_origin_[p] = o;
+    }
+    if (kv_len % page_size != 0 && st.page_origin_.back() != st.logical_len_ / page_size)
+      r.fail("page origins", "the partial last page is not the sequence's tail");
+    r.set_layout(kv_len, pages);
+    const auto fields = r.get<std::uint32_t>("field count");
+    P policy = target.policy_;
+    policy.snapshot_fields(r);
+    if (r.fields() != fields)
+      r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields()) + " read");
+    const auto digest = r.get<std::uint64_t>("digest");
+    if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the digest");
+    policy.reserve(kv_len);
+    st.reserve_for(0);
+    // Check the result before it replaces anything: the digest the snapshot recorded.
+    detail::fnv1a64 d;
+    d.add(st.digest()).add(policy.digest());
+    if (d.value() != digest) r.fail("digest", "the restored state's digest differs from the saved one");
+    target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
+    target.policy_ = std::move(policy);
+  }
+
+ private:
+  static std::uint32_t header_crc(std::span<const std::byte> header_and_name) noexcept {
+    // Bytes 0..43 and the policy name; the checksum field itself (44..47) is left out.
+    return crc32c_extend(crc32c(header_and_name.first(44)), header_and_name.subspan(snapshot::header_bytes));
+  }
+};
+
+}  // namespace detail
+
+namespace snapshot {
+
+/// The snapshot of `seq` (docs/snapshot-format.md).
+template <template <class> class Policy, class Float, std::size_t PageSize>
+[[nodiscard]] std::vector<std::byte> save(const basic_sequence<Policy, Float, PageSize>& seq) {
+  return detail::snapshot_access::save(seq);
+}
+
+/// Restores `target` from `bytes`: `target` must have been built with the config and the policy parameters the
+/// snapshot was saved with. input_error naming the field and the byte offset for a truncated, corrupted,
+/// wrong-version, wrong-policy, wrong-config, wrong-float or wrong-page-size snapshot; usage_error for a target a
+/// manager owns. Nothing changes when it throws.
+template <template <class> class Policy, class Float, std::size_t PageSize>
+void load(basic_sequence<Policy, Float, PageSize>& target, std::span<const std::byte> bytes) {
+  detail::snapshot_access::load(target, bytes);
+}
+
+}  // namespace snapshot
+
+}  // namespace memdecay
+
+#endif  // MEMDECAY_IO_SNAPSHOT_HPP
