@@ -62,7 +62,20 @@ void expect_rejected(Seq& target, const std::vector<std::byte>& bytes, const std
 
 }  // namespace
 
+TEST(Crc32c, TheFastPathIsTheTableOnEveryLengthAndAlignment) {
+  std::vector<std::byte> v(300);
+  std::mt19937 rng(3);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  for (std::size_t first = 0; first < 9; ++first)
+    for (std::size_t n = 0; first + n <= v.size(); n += 1 + n / 8) {
+      const auto part = std::span<const std::byte>(v).subspan(first, n);
+      ASSERT_EQ(md::detail::crc32c(part), md::detail::crc32c_reference(part)) << first << " " << n;
+    }
+  static_assert(md::detail::crc32c_reference(std::span<const std::byte>{}) == 0);
+}
+
 TEST(Crc32c, PublishedTestVectors) {
+  EXPECT_EQ(md::detail::crc32c_reference(bytes_of("123456789")), 0xE3069283u);
   EXPECT_EQ(md::detail::crc32c(bytes_of("123456789")), 0xE3069283u);
   EXPECT_EQ(md::detail::crc32c({}), 0u);
   // RFC 3720 appendix B.4.
@@ -180,4 +193,20 @@ TEST(Snapshot, AnEmptySequenceAndAnEvictedOneRoundTrip) {
   EXPECT_EQ(loaded.digest(), evicted.digest());
   EXPECT_EQ(loaded.prefix_cache_boundary(), evicted.prefix_cache_boundary());
   EXPECT_EQ(loaded.select(2).pages, evicted.select(2).pages);
+}
+
+TEST(Snapshot, AClockThatRebasedTheExpFreeWeightsRoundTrips) {
+  // The exp-free clock rebases every floor(40 / max lambda_r) steps (866 with the default regions): its epoch is
+  // then not 0, and the load must check the saved clock against the saved epoch (found by bench/snapshot_bench).
+  md::sequence seq(small_config());
+  for (md::step_t step = 1; step <= 3000; step += 97) {
+    seq.append(md::regions::tool_out, 3);
+    seq.advance_to(step);
+    seq.observe_tokens(std::vector<float>(seq.kv_len(), 1.0f / static_cast<float>(seq.kv_len())));
+    seq.commit(seq.select_for_budget());
+    md::sequence loaded(small_config());
+    md::snapshot::load(loaded, md::snapshot::save(seq));
+    ASSERT_EQ(loaded.digest(), seq.digest()) << "step " << step;
+    ASSERT_EQ(loaded.select(1).pages, seq.select(1).pages) << "step " << step;
+  }
 }

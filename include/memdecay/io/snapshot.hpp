@@ -14,12 +14,15 @@
 //
 // load never half-applies: everything is parsed and checked into a copy first, and an error (input_error naming
 // the field and its byte offset; usage_error for a managed target) leaves the target as it was. After a load the
-// sequence is bit-identical to the saved one: the same digest(), the same victims for every later call.
+// sequence is bit-identical to the saved one: the same digest(), the same victims for every later call (the
+// conformance suite checks it for every policy; the checksums make sure the bytes are the saved ones).
 #ifndef MEMDECAY_IO_SNAPSHOT_HPP
 #define MEMDECAY_IO_SNAPSHOT_HPP
 
+#include <algorithm>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -187,6 +190,11 @@ class snapshot_reader {
     return from_bits<T>(u);
   }
   [[nodiscard]] std::size_t offset() const noexcept { return base_ + pos_; }
+  void get_bytes(std::span<std::byte> out, const char* field) {
+    need(out.size(), field);
+    if (!out.empty()) std::memcpy(out.data(), in_.data() + pos_, out.size());
+    pos_ += out.size();
+  }
   [[nodiscard]] std::size_t left() const noexcept { return in_.size() - pos_; }
 
   void set_layout(std::size_t kv_len, std::size_t num_pages) noexcept {
@@ -206,7 +214,10 @@ class snapshot_reader {
   }
   template <class T>
   void value(std::string_view name, T& v) {
-    v = scalar<T>(name, 2);
+    const T x = scalar<T>(name, 2);
+    if constexpr (std::is_floating_point_v<T>)
+      if (std::isnan(x)) fail(std::string(name), "a NaN value");
+    v = x;
   }
   template <class T>
   void param_list(std::string_view name, std::vector<T>& v) {
@@ -220,7 +231,15 @@ class snapshot_reader {
   template <class T>
   void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
     std::vector<T> loaded;
+    const std::size_t at = pos_;
     list(name, 3, loaded, expected);
+    if constexpr (std::is_floating_point_v<T>) {
+      for (std::size_t i = 0; i < loaded.size(); ++i)
+        if (std::isnan(loaded[i])) {  // infinities are legitimate (TOVA's unobserved tokens, keep scores)
+          pos_ = at;
+          fail(std::string(name), "element " + to_text(i) + " is NaN");
+        }
+    }
     v = std::move(loaded);
   }
   [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
@@ -325,7 +344,6 @@ struct snapshot_access {
     w.put(std::uint32_t{0});
     const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
     put_le(w.bytes(), count_at, w.fields());
-    w.put(seq.digest());
     auto out = std::move(w.bytes());
     const auto body = std::span<const std::byte>(out).subspan(payload);
     put_le(out, 32, static_cast<std::uint64_t>(body.size()));
@@ -397,10 +415,15 @@ struct snapshot_access {
       r.fail("kv_len", to_text(kv_len) + " resident tokens (logical length " + to_text(st.logical_len_) + ")");
     if ((st.logical_len_ - kv_len) % page_size != 0) r.fail("kv_len", "the evicted tokens are not whole pages");
     st.region_.resize(kv_len);
-    for (auto& l : st.region_) {
-      l = r.get<region_id>("labels");
-      if (l >= target.regions().size()) r.fail("labels", "region " + to_text(l) + " is not in the target's table");
-    }
+    r.get_bytes(std::as_writable_bytes(std::span<region_id>(st.region_)), "labels");
+    const std::size_t regions = target.regions().size();
+    region_id highest = 0;
+    for (region_id l : st.region_) highest = std::max(highest, l);  // one vectorised pass; the culprit only if any
+    if (kv_len > 0 && highest >= regions)
+      for (std::size_t i = 0; i < kv_len; ++i)
+        if (st.region_[i] >= regions)
+          raise_input("snapshot labels at offset " + to_text(payload_at + 28 + i) + ": token " + to_text(i) +
+                      " has region " + to_text(st.region_[i]) + ", which is not in the target's table");
     const auto pages = r.get<std::uint64_t>("num_pages");
     if (pages != (kv_len + page_size - 1) / page_size)
       r.fail("num_pages", to_text(pages) + " pages for " + to_text(kv_len) + " tokens");
@@ -421,14 +444,9 @@ struct snapshot_access {
     policy.snapshot_fields(r);
     if (r.fields() != fields)
       r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields()) + " read");
-    const auto digest = r.get<std::uint64_t>("digest");
-    if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the digest");
+    if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the last field");
     policy.reserve(kv_len);
     st.reserve_for(0);
-    // Check the result before it replaces anything: the digest the snapshot recorded.
-    detail::fnv1a64 d;
-    d.add(st.digest()).add(policy.digest());
-    if (d.value() != digest) r.fail("digest", "the restored state's digest differs from the saved one");
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
   }

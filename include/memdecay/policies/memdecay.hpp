@@ -305,7 +305,7 @@ class memdecay {
     f.value("clock_epoch", epoch);
     f.value("clock_now", now);
     if constexpr (Fields::loading) {
-      if (now < epoch || clock_.needs_rebase(now))
+      if (now < epoch || now - epoch > clock_.span())
         detail::raise_input("snapshot fields clock_epoch/clock_now: " + detail::to_text(epoch) + "/" +
                             detail::to_text(now) + " (now must be within the clock's span after the epoch)");
       clock_.set(epoch, now);
