@@ -137,6 +137,10 @@ class snapshot_writer {
   void column(std::string_view name, std::vector<T>& v, std::size_t /*expected*/) {
     list(name, 3, v);
   }
+  template <class T>
+  void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t /*expected*/) {
+    list(name, 3, v);
+  }
 
   [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
   std::vector<std::byte>& bytes() noexcept { return out_; }
@@ -216,7 +220,7 @@ class snapshot_reader {
   void value(std::string_view name, T& v) {
     const T x = scalar<T>(name, 2);
     if constexpr (std::is_floating_point_v<T>)
-      if (std::isnan(x)) fail(std::string(name), "a NaN value");
+      if (!std::isfinite(x)) fail(std::string(name), "a NaN or infinite value");
     v = x;
   }
   template <class T>
@@ -228,23 +232,35 @@ class snapshot_reader {
         fail(std::string(name),
              "policy parameter " + std::string(name) + "[" + to_text(i) + "] differs from the target's");
   }
+  /// A per-token or per-page column of `expected` elements; floats must be finite.
   template <class T>
   void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
+    checked_column(name, v, expected, false);
+  }
+  /// The same, for a column where infinity is a legitimate value (keep scores); NaN is still rejected.
+  template <class T>
+  void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t expected) {
+    checked_column(name, v, expected, true);
+  }
+  [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
+
+ private:
+  template <class T>
+  void checked_column(std::string_view name, std::vector<T>& v, std::size_t expected, bool infinities) {
     std::vector<T> loaded;
     const std::size_t at = pos_;
     list(name, 3, loaded, expected);
     if constexpr (std::is_floating_point_v<T>) {
       for (std::size_t i = 0; i < loaded.size(); ++i)
-        if (std::isnan(loaded[i])) {  // infinities are legitimate (TOVA's unobserved tokens, keep scores)
+        if (std::isnan(loaded[i]) || (!infinities && std::isinf(loaded[i]))) {
           pos_ = at;
-          fail(std::string(name), "element " + to_text(i) + " is NaN");
+          fail(std::string(name), "element " + to_text(i) + " is " + (std::isnan(loaded[i]) ? "NaN" : "infinite"));
         }
+    } else {
+      (void)infinities;
     }
     v = std::move(loaded);
   }
-  [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
-
- private:
   template <class T>
   std::uint64_t head(std::string_view name, std::uint8_t kind) {
     const std::string field(name);
@@ -268,6 +284,10 @@ class snapshot_reader {
   template <class T>
   T scalar(std::string_view name, std::uint8_t kind) {
     if (head<T>(name, kind) != 1) fail(std::string(name), "a scalar field with a count other than 1");
+    if constexpr (std::is_same_v<T, bool>) {  // canonical: exactly 0 or 1, so that a load saves back the same bytes
+      need(1, "bool");
+      if (static_cast<std::uint8_t>(in_[pos_]) > 1) fail(std::string(name), "a bool other than 0 or 1");
+    }
     return get<T>(std::string(name).c_str());
   }
   template <class T>

@@ -299,15 +299,15 @@ class memdecay {
   void snapshot_fields(Fields& f) {
     f.param("aggregation", aggregation_);
     f.value("expfree", expfree_);
-    if (expfree_ && !clock_.usable())
-      detail::raise_input("snapshot field expfree: set, but the region table is outside the exp-free domain");
+    if constexpr (Fields::loading)
+      if (expfree_ && !clock_.usable()) f.fail("expfree", "set, but the region table is outside the exp-free domain");
     step_t epoch = clock_.epoch(), now = clock_.now();
     f.value("clock_epoch", epoch);
     f.value("clock_now", now);
     if constexpr (Fields::loading) {
       if (now < epoch || now - epoch > clock_.span())
-        detail::raise_input("snapshot fields clock_epoch/clock_now: " + detail::to_text(epoch) + "/" +
-                            detail::to_text(now) + " (now must be within the clock's span after the epoch)");
+        f.fail("clock_now", detail::to_text(now) + " with epoch " + detail::to_text(epoch) +
+                                " (must be within the clock's span after the epoch)");
       clock_.set(epoch, now);
     }
     f.value("scale", params_.scale);
@@ -322,7 +322,7 @@ class memdecay {
     std::vector<Float> cached;  // the cache only while it is valid (a stale one is never read)
     if constexpr (!Fields::loading)
       if (scores_valid_) cached = scores_;
-    f.column("scores", cached, scores_valid_ ? f.num_pages() : 0);
+    f.column_with_infinities("scores", cached, scores_valid_ ? f.num_pages() : 0);
     if constexpr (Fields::loading) scores_ = std::move(cached);
   }
 

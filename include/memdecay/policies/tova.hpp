@@ -67,7 +67,7 @@ class tova {
   /// The snapshot's fields (io/snapshot.hpp): parameters (checked against the target's on load), then state.
   template <class Fields>
   void snapshot_fields(Fields& f) {
-    f.column("last", last_, f.kv_len());
+    f.column_with_infinities("last", last_, f.kv_len());  // keep_score until observed
   }
 
  private:
