@@ -31,13 +31,40 @@ std::size_t whole(std::string_view field, double value) {
   return static_cast<std::size_t>(value);
 }
 
-[[noreturn]] void unknown_field(std::string_view field, const char* known) {
+[[noreturn]] void unknown_field(std::string_view field, const std::string& known) {
   throw md::config_error("no config field '" + std::string(field) + "' (" + known + ")");
 }
 
-constexpr const char* number_fields =
-    "alpha, ewma_beta, ewma_half_life, tau, page_size, protection.sink_pages, protection.recent_tokens, "
-    "protection.recent_fraction";
+// The numeric fields, by name: how memdecay_config_get_number reads each and memdecay_config_set_number writes
+// it (counts must be whole; ewma_half_life is unset by NaN).
+struct number_field {
+  const char* name;
+  double (*get)(const md::config&);
+  void (*set)(md::config&, double);
+};
+constexpr number_field number_fields[] = {
+    {"alpha", [](const md::config& c) { return c.alpha; }, [](md::config& c, double v) { c.alpha = v; }},
+    {"ewma_beta", [](const md::config& c) { return c.ewma_beta; }, [](md::config& c, double v) { c.ewma_beta = v; }},
+    {"ewma_half_life", [](const md::config& c) { return c.ewma_half_life.value_or(std::nan("")); },
+     [](md::config& c, double v) { c.ewma_half_life = std::isnan(v) ? std::nullopt : std::optional<double>(v); }},
+    {"tau", [](const md::config& c) { return c.tau; }, [](md::config& c, double v) { c.tau = v; }},
+    {"page_size", [](const md::config& c) { return static_cast<double>(c.page_size); },
+     [](md::config& c, double v) { c.page_size = whole("page_size", v); }},
+    {"protection.sink_pages", [](const md::config& c) { return static_cast<double>(c.protection.sink_pages); },
+     [](md::config& c, double v) { c.protection.sink_pages = whole("protection.sink_pages", v); }},
+    {"protection.recent_tokens", [](const md::config& c) { return static_cast<double>(c.protection.recent_tokens); },
+     [](md::config& c, double v) { c.protection.recent_tokens = whole("protection.recent_tokens", v); }},
+    {"protection.recent_fraction", [](const md::config& c) { return c.protection.recent_fraction; },
+     [](md::config& c, double v) { c.protection.recent_fraction = v; }},
+};
+
+const number_field& number_field_named(std::string_view name) {
+  for (const auto& f : number_fields)
+    if (name == f.name) return f;
+  std::string known;
+  for (const auto& f : number_fields) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  unknown_field(name, known);
+}
 
 }  // namespace
 }  // namespace memdecay_c
@@ -59,52 +86,15 @@ void memdecay_config_destroy(memdecay_config* config) { delete config; }
 const char* memdecay_config_last_error(const memdecay_config* config) { return config ? config->error.c_str() : ""; }
 
 memdecay_status memdecay_config_set_number(memdecay_config* config, const char* field, double value) {
-  return edit(config, [&](md::config& c) {
-    const std::string_view f = require(field, "field");
-    if (f == "alpha")
-      c.alpha = value;
-    else if (f == "ewma_beta")
-      c.ewma_beta = value;
-    else if (f == "ewma_half_life")
-      c.ewma_half_life = std::isnan(value) ? std::nullopt : std::optional<double>(value);
-    else if (f == "tau")
-      c.tau = value;
-    else if (f == "page_size")
-      c.page_size = whole(f, value);
-    else if (f == "protection.sink_pages")
-      c.protection.sink_pages = whole(f, value);
-    else if (f == "protection.recent_tokens")
-      c.protection.recent_tokens = whole(f, value);
-    else if (f == "protection.recent_fraction")
-      c.protection.recent_fraction = value;
-    else
-      unknown_field(f, number_fields);
-  });
+  return edit(config, [&](md::config& c) { number_field_named(require(field, "field")).set(c, value); });
 }
 
 memdecay_status memdecay_config_get_number(const memdecay_config* config, const char* field, double* value) {
   return guarded(nullptr, [&] {
     const md::config& c = require(config, "config")->config;
-    const std::string_view f = require(field, "field");
+    const std::string_view name = require(field, "field");
     double& v = *require(value, "value");
-    if (f == "alpha")
-      v = c.alpha;
-    else if (f == "ewma_beta")
-      v = c.ewma_beta;
-    else if (f == "ewma_half_life")
-      v = c.ewma_half_life.value_or(std::nan(""));
-    else if (f == "tau")
-      v = c.tau;
-    else if (f == "page_size")
-      v = static_cast<double>(c.page_size);
-    else if (f == "protection.sink_pages")
-      v = static_cast<double>(c.protection.sink_pages);
-    else if (f == "protection.recent_tokens")
-      v = static_cast<double>(c.protection.recent_tokens);
-    else if (f == "protection.recent_fraction")
-      v = c.protection.recent_fraction;
-    else
-      unknown_field(f, number_fields);
+    v = number_field_named(name).get(c);
   });
 }
 

@@ -40,6 +40,14 @@ struct c_error {
   throw c_error{status, std::move(message)};
 }
 
+/// MEMDECAY_CALLBACK_ERROR unless the engine's callback returned 0 (the commits with a callback, before the state
+/// changes).
+inline void check_engine_answer(int rc) {
+  if (rc != 0)
+    raise(MEMDECAY_CALLBACK_ERROR,
+          "commit: the engine's remove callback returned " + std::to_string(rc) + "; nothing was committed");
+}
+
 /// Records `message` as this thread's last error (and the handle's, when there is one).
 void record_error(std::string* handle_error, const char* message) noexcept;
 

@@ -179,9 +179,7 @@ memdecay_status memdecay_manager_commit_with(memdecay_manager* manager, const me
       sequences.insert(sequences.end(), seq_plan.pages.size(), id);
       pages.insert(pages.end(), seq_plan.pages.begin(), seq_plan.pages.end());
     }
-    if (const int rc = remove(user_data, sequences.data(), pages.data(), pages.size()); rc != 0)
-      raise(MEMDECAY_CALLBACK_ERROR,
-            "commit: the engine's remove callback returned " + std::to_string(rc) + "; nothing was committed");
+    check_engine_answer(remove(user_data, sequences.data(), pages.data(), pages.size()));
     m.commit(p);  // usage_error (stale) if the callback changed a sequence
   });
 }

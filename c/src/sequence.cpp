@@ -162,9 +162,7 @@ memdecay_status memdecay_sequence_commit_with(memdecay_sequence* sequence, const
     if (s.managed())
       throw md::usage_error("commit: this sequence is owned by a manager; commit through memdecay_manager_commit*");
     s.check_commit(p);
-    if (const int rc = remove(user_data, p.pages.data(), p.pages.size()); rc != 0)
-      raise(MEMDECAY_CALLBACK_ERROR,
-            "commit: the engine's remove callback returned " + std::to_string(rc) + "; nothing was committed");
+    check_engine_answer(remove(user_data, p.pages.data(), p.pages.size()));
     s.commit(p);  // usage_error (stale) if the callback changed the sequence
   });
 }

@@ -69,13 +69,6 @@ void try_all(std::span<const std::byte> bytes, std::tuple<Seq...>*) {
 
 }  // namespace
 
-namespace {
-template <class T>
-void put(std::vector<std::byte>& b, std::size_t at, T v) {
-  for (std::size_t i = 0; i < sizeof(T); ++i) b[at + i] = static_cast<std::byte>((v >> (8 * i)) & 0xFFu);
-}
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace md = memdecay;
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
@@ -83,13 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::size_t header = md::snapshot::header_bytes;
   if (size >= header && size >= header + static_cast<std::size_t>(data[17])) {
     std::vector<std::byte> fixed(bytes.begin(), bytes.end());
-    const std::size_t payload = header + static_cast<std::size_t>(data[17]);
-    const auto body = std::span<const std::byte>(fixed).subspan(payload);
-    put<std::uint64_t>(fixed, 32, body.size());
-    put<std::uint32_t>(fixed, 40, md::detail::crc32c(body));
-    const auto named = std::span<const std::byte>(fixed).first(payload);
-    put<std::uint32_t>(fixed, 44,
-                       md::detail::crc32c_extend(md::detail::crc32c(named.first(44)), named.subspan(header)));
+    md::detail::seal_snapshot(fixed);
     try_all(std::span<const std::byte>(fixed), static_cast<snapshot_fuzz::all_sequences*>(nullptr));
   }
   return 0;

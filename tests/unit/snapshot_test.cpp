@@ -167,11 +167,7 @@ TEST(Snapshot, AnotherFormatVersionIsRejectedByName) {
   auto target = with_history<md::sequence>(7);
   auto bytes = md::snapshot::save(with_history<md::sequence>(8));
   bytes[8] = std::byte{2};
-  // A snapshot written by a later library: its header checksum is its own.
-  std::vector<std::byte> header(bytes.begin(), bytes.begin() + 44);
-  header.insert(header.end(), bytes.begin() + 48, bytes.begin() + 56);
-  const std::uint32_t crc = md::detail::crc32c(header);
-  for (int i = 0; i < 4; ++i) bytes[44 + static_cast<std::size_t>(i)] = static_cast<std::byte>((crc >> (8 * i)) & 0xFF);
+  md::detail::seal_snapshot(bytes);  // a snapshot written by a later library: its checksums are its own
   expect_rejected(target, bytes, "format version at offset 8: 2; this library");
 }
 
@@ -213,19 +209,6 @@ TEST(Snapshot, AClockThatRebasedTheExpFreeWeightsRoundTrips) {
 
 namespace {
 
-// Recomputes a snapshot's payload length and both checksums (what a crafted snapshot does).
-void fix_checksums(std::vector<std::byte>& b) {
-  auto put = [&](std::size_t at, std::uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) b[at + static_cast<std::size_t>(i)] = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
-  };
-  const std::size_t payload = md::snapshot::header_bytes + static_cast<std::size_t>(b[17]);
-  const auto body = std::span<const std::byte>(b).subspan(payload);
-  put(32, body.size(), 8);
-  put(40, md::detail::crc32c(body), 4);
-  const auto named = std::span<const std::byte>(b).first(payload);
-  put(44, md::detail::crc32c_extend(md::detail::crc32c(named.first(44)), named.subspan(md::snapshot::header_bytes)), 4);
-}
-
 // The offset of the value of the scalar field `name` (its head: length, name, kind, size, element kind, count).
 std::size_t value_offset(const std::vector<std::byte>& b, const std::string& name) {
   const std::string needle = std::string(1, static_cast<char>(name.size())) + name;
@@ -245,17 +228,17 @@ TEST(Snapshot, CraftedFieldsWithValidChecksumsAreRejectedByName) {
   auto bytes = md::snapshot::save(saved);
   auto bad = bytes;
   bad[value_offset(bad, "expfree")] = std::byte{2};
-  fix_checksums(bad);
+  md::detail::seal_snapshot(bad);
   expect_rejected(target, bad, "snapshot expfree at offset");
   bad = bytes;
   const std::size_t now_at = value_offset(bad, "clock_now");
   bad[now_at + 3] = std::byte{0x40};  // now far past the epoch
-  fix_checksums(bad);
+  md::detail::seal_snapshot(bad);
   expect_rejected(target, bad, "snapshot clock_now at offset");
   bad = bytes;
   const std::size_t ewma_at = value_offset(bad, "ewma");  // the first EWMA: a NaN
   const std::uint32_t nan = 0x7FC00000u;
   std::memcpy(bad.data() + ewma_at, &nan, 4);
-  fix_checksums(bad);
+  md::detail::seal_snapshot(bad);
   expect_rejected(target, bad, "snapshot ewma at offset");
 }

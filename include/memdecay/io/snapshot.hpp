@@ -93,6 +93,27 @@ constexpr std::uint8_t element_kind() noexcept {
     return 0;  // unsigned integers, enums, bool
 }
 
+template <class T>
+void put_le(std::vector<std::byte>& out, std::size_t at, T v) noexcept {
+  auto u = to_bits(v);
+  for (std::size_t i = 0; i < sizeof(u); ++i) out[at + i] = static_cast<std::byte>((u >> (8 * i)) & 0xFFu);
+}
+
+/// The CRC-32C of a snapshot's header: bytes 0..43 and the policy name (the checksum field 44..47 left out).
+inline std::uint32_t snapshot_header_crc(std::span<const std::byte> header_and_name) noexcept {
+  return crc32c_extend(crc32c(header_and_name.first(44)), header_and_name.subspan(snapshot::header_bytes));
+}
+
+/// Writes the payload length and both checksums of a snapshot whose other bytes are final (the last step of
+/// save; tests and the fuzzer use it to build crafted snapshots that pass the checksums).
+inline void seal_snapshot(std::vector<std::byte>& bytes) noexcept {
+  const std::size_t payload = snapshot::header_bytes + static_cast<std::size_t>(bytes[17]);
+  const auto body = std::span<const std::byte>(bytes).subspan(payload);
+  put_le(bytes, 32, static_cast<std::uint64_t>(body.size()));
+  put_le(bytes, 40, crc32c(body));
+  put_le(bytes, 44, snapshot_header_crc(std::span<const std::byte>(bytes).first(payload)));
+}
+
 // Whether T's in-memory bytes are its encoding (a little-endian host, no conversion; bool is checked on read).
 template <class T>
 inline constexpr bool raw_copy = std::endian::native == std::endian::little && sizeof(T) == sizeof(to_bits(T{}));
@@ -106,8 +127,9 @@ class snapshot_writer {
 
   template <class T>
   void put(T v) {
-    auto u = to_bits(v);
-    for (std::size_t i = 0; i < sizeof(u); ++i) out_.push_back(static_cast<std::byte>((u >> (8 * i)) & 0xFFu));
+    const std::size_t at = out_.size();
+    out_.resize(at + sizeof(to_bits(v)));
+    put_le(out_, at, v);
   }
   void put_bytes(std::span<const std::byte> b) { out_.insert(out_.end(), b.begin(), b.end()); }
   template <class T>
@@ -322,12 +344,6 @@ inline std::uint32_t library_version_number() noexcept {
          static_cast<std::uint32_t>(version.patch);
 }
 
-template <class T>
-void put_le(std::vector<std::byte>& out, std::size_t at, T v) noexcept {
-  auto u = to_bits(v);
-  for (std::size_t i = 0; i < sizeof(u); ++i) out[at + i] = static_cast<std::byte>((u >> (8 * i)) & 0xFFu);
-}
-
 struct snapshot_access {
   template <class Seq>
   static std::vector<std::byte> save(const Seq& seq) {
@@ -350,7 +366,6 @@ struct snapshot_access {
     put_le(w.bytes(), 20, static_cast<std::uint32_t>(st.page_size()));
     put_le(w.bytes(), 24, seq.config_digest());
     w.put_bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
-    const std::size_t payload = w.bytes().size();
     // The layout.
     w.put(st.logical_len_);
     w.put(st.now_);
@@ -365,10 +380,7 @@ struct snapshot_access {
     const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
     put_le(w.bytes(), count_at, w.fields());
     auto out = std::move(w.bytes());
-    const auto body = std::span<const std::byte>(out).subspan(payload);
-    put_le(out, 32, static_cast<std::uint64_t>(body.size()));
-    put_le(out, 40, crc32c(body));
-    put_le(out, 44, header_crc(std::span<const std::byte>(out).first(payload)));
+    seal_snapshot(out);
     return out;
   }
 
@@ -396,7 +408,7 @@ struct snapshot_access {
     const auto head_crc = h.get<std::uint32_t>("header checksum");
     h.need(name_len, "policy name");
     const std::size_t payload_at = snapshot::header_bytes + name_len;
-    if (header_crc(bytes.first(payload_at)) != head_crc)
+    if (snapshot_header_crc(bytes.first(payload_at)) != head_crc)
       raise_input("snapshot header checksum at offset 44: the header is corrupted (CRC-32C mismatch)");
     if (version != snapshot::format_version)
       raise_input("snapshot format version at offset 8: " + to_text(version) + "; this library (" +
@@ -469,12 +481,6 @@ struct snapshot_access {
     st.reserve_for(0);
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
-  }
-
- private:
-  static std::uint32_t header_crc(std::span<const std::byte> header_and_name) noexcept {
-    // Bytes 0..43 and the policy name; the checksum field itself (44..47) is left out.
-    return crc32c_extend(crc32c(header_and_name.first(44)), header_and_name.subspan(snapshot::header_bytes));
   }
 };
 
