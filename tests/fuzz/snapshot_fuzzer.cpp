@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,7 +55,9 @@ void try_load(std::span<const std::byte> bytes) {
       if (std::isnan(s)) fail("a loaded sequence scores NaN");
     (void)target.select(2);
     target.append(md::regions::user, 5);
-    target.advance_to(target.now() + 1);
+    // A snapshot may hold the last step there is: then the clock cannot move on, and advance_to(now + 1) would
+    // wrap to 0 (rightly an input_error), so only a clock with room advances.
+    if (target.now() < std::numeric_limits<md::step_t>::max()) target.advance_to(target.now() + 1);
     target.observe_tokens(std::vector<float>(target.kv_len(), 1.0f / static_cast<float>(target.kv_len())));
     target.commit(target.select_for_budget());
   } catch (const std::exception& e) {
