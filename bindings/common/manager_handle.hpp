@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <memdecay/core/manager.hpp>
+#include <memdecay/io/manager_snapshot.hpp>
 
 #include "sequence_handle.hpp"
 
@@ -25,6 +26,9 @@ namespace memdecay_bindings {
 using global_plan = md::global_eviction_plan<float, std::uint64_t>;
 using id_map = std::function<std::size_t(std::uint64_t)>;
 using removals = std::map<std::uint64_t, md::page_removal<std::int32_t>>;
+/// For a manager load: sequence `id`'s config, and its policy parameters read from `params` (called once per
+/// sequence of the chain's full records, before anything changes).
+using configure_fn = std::function<md::config(std::uint64_t id, const std::function<void(param_source&)>& params)>;
 
 class manager_handle {
  public:
@@ -60,6 +64,11 @@ class manager_handle {
   virtual removals commit(const global_plan& plan, md::sglang_req_to_token& table, const id_map& map) = 0;
   virtual removals commit(const global_plan& plan, md::flashinfer_csr& table, const id_map& map) = 0;
   [[nodiscard]] virtual std::uint64_t digest() const = 0;
+  /// io/manager_snapshot.hpp: full with `since` null or empty, else incremental (and `since` is updated); into
+  /// `out`, whose capacity is reused.
+  virtual void save(md::snapshot::checkpoint* since, std::vector<std::byte>& out) const = 0;
+  /// Replaces the manager's contents with a chain's (all or nothing).
+  virtual void load(std::span<const std::span<const std::byte>> chain, const configure_fn& configure) = 0;
 };
 
 template <class Seq>
@@ -142,6 +151,22 @@ class manager_impl final : public manager_handle {
     return mgr_->commit(plan, table, map);
   }
   [[nodiscard]] std::uint64_t digest() const override { return mgr_->digest(); }
+  void save(md::snapshot::checkpoint* since, std::vector<std::byte>& out) const override {
+    if (since) {
+      md::snapshot::save(*mgr_, *since, out);
+    } else {
+      md::snapshot::checkpoint full;
+      md::snapshot::save(*mgr_, full, out);
+    }
+  }
+  void load(std::span<const std::span<const std::byte>> chain, const configure_fn& configure) override {
+    using params_type = typename Seq::params_type;
+    md::snapshot::load(*mgr_, chain, [&](std::uint64_t id) {
+      params_type params{};
+      md::config cfg = configure(id, [&](param_source& source) { params = params_from<P>(source); });
+      return std::pair<md::config, params_type>(std::move(cfg), params);
+    });
+  }
 
  private:
   std::shared_ptr<sequence_handle> handle(std::uint64_t id) {

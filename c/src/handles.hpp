@@ -150,6 +150,11 @@ struct memdecay_removal {
 struct memdecay_manager {
   std::shared_ptr<memdecay_c::manager_handle> handle;
   std::string error;
+  std::vector<std::byte> snapshot;  // the last memdecay_manager_save's bytes
+};
+
+struct memdecay_checkpoint {
+  memdecay::snapshot::checkpoint checkpoint;
 };
 
 struct memdecay_global_plan {

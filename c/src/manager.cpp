@@ -60,7 +60,7 @@ memdecay_status memdecay_manager_create(const char* policy, size_t page_size, si
                                                  [&]<template <class> class P>() -> std::shared_ptr<manager_handle> {
                                                    return std::make_shared<memdecay_bindings::manager_impl<P>>(cfg);
                                                  });
-    *out = new memdecay_manager{std::move(handle), {}};
+    *out = new memdecay_manager{std::move(handle), {}, {}};
   });
 }
 
@@ -230,5 +230,57 @@ memdecay_global_plan_view memdecay_global_plan_get(const memdecay_global_plan* p
 }
 
 void memdecay_global_plan_destroy(memdecay_global_plan* plan) { delete plan; }
+
+}  // extern "C"
+
+extern "C" {
+
+memdecay_status memdecay_checkpoint_create(memdecay_checkpoint** out) {
+  return guarded(nullptr, [&] { *require(out, "out") = new memdecay_checkpoint{}; });
+}
+
+void memdecay_checkpoint_destroy(memdecay_checkpoint* checkpoint) { delete checkpoint; }
+
+void memdecay_checkpoint_reset(memdecay_checkpoint* checkpoint) {
+  if (checkpoint) checkpoint->checkpoint.reset();
+}
+
+memdecay_status memdecay_manager_save(memdecay_manager* manager, memdecay_checkpoint* checkpoint, const uint8_t** bytes,
+                                      size_t* count) {
+  return on_manager(manager, [&](manager_handle& m) {
+    require(bytes, "bytes");
+    require(count, "count");
+    m.save(checkpoint ? &checkpoint->checkpoint : nullptr, manager->snapshot);
+    *bytes = reinterpret_cast<const uint8_t*>(manager->snapshot.data());
+    *count = manager->snapshot.size();
+  });
+}
+
+memdecay_status memdecay_manager_load(memdecay_manager* manager, const uint8_t* const* snapshots, const size_t* lengths,
+                                      size_t num_snapshots, memdecay_configure_fn configure, void* user_data) {
+  return on_manager(manager, [&](manager_handle& m) {
+    const auto data = array_of(snapshots, num_snapshots, "snapshots");
+    const auto sizes = array_of(lengths, num_snapshots, "lengths");
+    require(configure, "configure");
+    std::vector<std::span<const std::byte>> chain;
+    chain.reserve(num_snapshots);
+    for (std::size_t k = 0; k < num_snapshots; ++k)
+      chain.push_back(std::as_bytes(array_of(data[k], sizes[k], "snapshots[k]")));
+    m.load(chain, [&](std::uint64_t id, const std::function<void(memdecay_bindings::param_source&)>& params) {
+      const memdecay_config* cfg = nullptr;
+      const char* text = nullptr;
+      const int rc = configure(user_data, id, &cfg, &text);
+      if (rc != 0)
+        raise(MEMDECAY_CALLBACK_ERROR, "load: the engine's configure callback returned " + std::to_string(rc) +
+                                           " for sequence " + std::to_string(id) + "; nothing was loaded");
+      if (!cfg)
+        raise(MEMDECAY_INVALID_ARGUMENT,
+              "load: the configure callback gave no config for sequence " + std::to_string(id));
+      text_params source(text);
+      params(source);
+      return cfg->config;
+    });
+  });
+}
 
 }  // extern "C"

@@ -16,6 +16,7 @@ from ._memdecay import (  # noqa: F401
     POLICIES,
     BlockPool,
     Budget,
+    Checkpoint,
     Config,
     ConfigError,
     FlashInferCsr,

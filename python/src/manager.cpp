@@ -153,7 +153,67 @@ void bind_manager(py::module_& m) {
           py::arg("plan"), py::arg("table") = py::none(), py::arg("id_map") = py::none(),
           "Phase 2, all or nothing: every plan checked against its sequence and the table first. Returns "
           "{id: PageRemoval} with a table; None for a state-only commit.")
-      .def("digest", &manager_handle::digest);
+      .def("digest", &manager_handle::digest)
+      .def(
+          "save",
+          [](const manager_handle& mh, md::snapshot::checkpoint* since) {
+            std::vector<std::byte> b;
+            mh.save(since, b);
+            return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+          },
+          py::arg("checkpoint") = py::none(),
+          "A snapshot of every sequence, the shared pages, the protections and the clock (docs/snapshot-format.md): "
+          "full without a checkpoint or with an empty one, else only what changed since the last save with it (the "
+          "checkpoint is updated).")
+      .def(
+          "load",
+          [](manager_handle& mh, const py::sequence& chain, const py::object& config, const py::kwargs& params) {
+            std::vector<std::string> held;  // the bytes of each element, alive for the call
+            held.reserve(chain.size());
+            std::vector<std::span<const std::byte>> spans;
+            for (const auto& element : chain) {
+              if (!py::isinstance<py::bytes>(element) && !py::isinstance<py::bytearray>(element) &&
+                  !py::isinstance<py::memoryview>(element))
+                raise_argument("chain", "expected a list of bytes (a full snapshot, then the incremental ones)");
+              held.push_back(py::isinstance<py::bytes>(element)
+                                 ? element.cast<std::string>()
+                                 : py::module_::import("builtins").attr("bytes")(element).cast<std::string>());
+            }
+            for (const auto& h : held) spans.push_back(std::as_bytes(std::span<const char>(h.data(), h.size())));
+            const bool per_sequence = !py::isinstance<md::config>(config) && PyCallable_Check(config.ptr());
+            if (!per_sequence && !py::isinstance<md::config>(config))
+              raise_argument("config", "expected a Config, or a callable(id) -> Config or (Config, dict)");
+            mh.load(spans, [&](std::uint64_t id, const std::function<void(param_source&)>& read_params) {
+              if (!per_sequence) {
+                kwargs_source source(params);
+                read_params(source);
+                return config.cast<md::config>();
+              }
+              const py::object made = config(id);
+              if (py::isinstance<md::config>(made)) {
+                kwargs_source none{py::dict()};
+                read_params(none);
+                return made.cast<md::config>();
+              }
+              const auto pair = made.cast<std::pair<md::config, py::dict>>();
+              kwargs_source source(pair.second);
+              read_params(source);
+              return pair.first;
+            });
+          },
+          py::arg("chain"), py::arg("config"),
+          "Replaces the contents with a chain of snapshots: a full one, then the incremental ones after it, in "
+          "order. `config` is every sequence's Config (with **parameters), or a callable(id) returning a Config or "
+          "(Config, {parameters}). InputError naming the element, the field and the offset for a corrupted, "
+          "reordered or mismatched chain; nothing changes then.");
+
+  py::class_<md::snapshot::checkpoint>(m, "Checkpoint",
+                                       "What an incremental Manager.save compares with: the sequences as the last "
+                                       "save with this checkpoint saw them. Empty: the next save is full.")
+      .def(py::init<>())
+      .def_property_readonly("empty", &md::snapshot::checkpoint::empty)
+      .def_property_readonly("last_snapshot", &md::snapshot::checkpoint::last_snapshot)
+      .def("reset", &md::snapshot::checkpoint::reset, "Makes the next save full.");
 }
 
 }  // namespace memdecay_python

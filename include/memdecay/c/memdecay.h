@@ -301,8 +301,7 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_save(const memdecay_sequence* s
                                                       size_t capacity, size_t* count);
 /* Restores the state; the sequence must have the config and policy parameters the snapshot was saved with
  * (MEMDECAY_INPUT_ERROR naming the field and byte offset otherwise, and nothing changes). */
-MEMDECAY_C_API memdecay_status memdecay_sequence_load(memdecay_sequence* sequence, const uint8_t* bytes,
-                                                      size_t count);
+MEMDECAY_C_API memdecay_status memdecay_sequence_load(memdecay_sequence* sequence, const uint8_t* bytes, size_t count);
 
 /* Plans. */
 typedef struct memdecay_plan_view {
@@ -417,6 +416,39 @@ MEMDECAY_C_API memdecay_status memdecay_manager_commit_to_table(memdecay_manager
                                                                 size_t num_rows, uint64_t* removal_ids,
                                                                 memdecay_removal** removals, size_t capacity,
                                                                 size_t* count);
+
+/*
+ * Manager snapshots (docs/snapshot-format.md, part 2): every open sequence, the shared pages, this step's
+ * protections and the clock. A checkpoint makes saves incremental: with NULL or an empty checkpoint the save is
+ * full; otherwise only the sequences that changed since the last save with it are written, and it is updated.
+ */
+typedef struct memdecay_checkpoint memdecay_checkpoint;
+MEMDECAY_C_API memdecay_status memdecay_checkpoint_create(memdecay_checkpoint** out);
+MEMDECAY_C_API void memdecay_checkpoint_destroy(memdecay_checkpoint* checkpoint);
+/* The next save with it is full. */
+MEMDECAY_C_API void memdecay_checkpoint_reset(memdecay_checkpoint* checkpoint);
+/*
+ * Saves into the manager's own buffer: *bytes and *count describe it until the next save or the manager's
+ * destruction (the buffer is reused, so a periodic checkpoint touches no fresh memory). A checkpoint belongs to one
+ * manager (MEMDECAY_USAGE_ERROR for another's).
+ */
+MEMDECAY_C_API memdecay_status memdecay_manager_save(memdecay_manager* manager, memdecay_checkpoint* checkpoint,
+                                                     const uint8_t** bytes, size_t* count);
+/*
+ * For a load: sequence `id`'s config (*config, required) and policy parameters (*params, "key=value,..." or NULL
+ * for the defaults), both read before the callback is called again. Return 0; any other value refuses the load
+ * (MEMDECAY_CALLBACK_ERROR, nothing changes).
+ */
+typedef int (*memdecay_configure_fn)(void* user_data, uint64_t id, const memdecay_config** config, const char** params);
+/*
+ * Replaces the manager's contents with a chain: snapshots[0] a full snapshot, then the incremental ones saved
+ * after it, in order (lengths[i] bytes each). MEMDECAY_INPUT_ERROR naming the element, the field and the byte
+ * offset for a corrupted, truncated, reordered or mismatched chain; nothing changes on any error. Handles to the
+ * manager's sequences then refer to the loaded sequences of the same ids.
+ */
+MEMDECAY_C_API memdecay_status memdecay_manager_load(memdecay_manager* manager, const uint8_t* const* snapshots,
+                                                     const size_t* lengths, size_t num_snapshots,
+                                                     memdecay_configure_fn configure, void* user_data);
 
 typedef enum memdecay_victim_reason {
   MEMDECAY_VICTIM_SEQUENCE_BUDGET = 0, /* the sequence's own budget */

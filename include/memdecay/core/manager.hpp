@@ -43,6 +43,7 @@
 #define MEMDECAY_CORE_MANAGER_HPP
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <concepts>
 #include <cstddef>
@@ -70,6 +71,15 @@
 #include "memdecay/core/sequence_like.hpp"
 
 namespace memdecay {
+
+namespace detail {
+/// A number no other manager of this process has: what a snapshot checkpoint records as its owner (an address
+/// would match a manager that another one was moved into).
+inline std::uint64_t next_manager_instance() noexcept {
+  static std::atomic<std::uint64_t> count{0};
+  return count.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+}  // namespace detail
 
 /// The pool-wide budget, in pages the pool could reclaim (resident pages not flagged shared). When they exceed
 /// `high`, the global pass evicts until they are at most `low`; the gap makes eviction run in batches.
@@ -470,8 +480,11 @@ class basic_manager {
   /// to the table's (a row index for the vLLM and SGLang views; identity_id{} when they are the same number).
   /// All plans are checked against their sequences and (for a checked_page_table) the table before anything
   /// changes, so a rejected commit changes nothing: usage_error, naming the call and the sequence, for a stale
-  /// plan, an unknown sequence, a page protected for this step or a table that disagrees. Returns each
-  /// sequence's page_removal (the removed pages, the memory that freed, their slots).
+  /// plan, an unknown sequence, a page protected for this step or a table that disagrees. A batch_page_table
+  /// (every table this library ships) then removes every sequence's pages in one call that is itself all or
+  /// nothing, and the states follow without anything left that can fail: whatever throws (the table, the engine
+  /// behind it, an allocation), the table and every state are as before. Returns each sequence's page_removal
+  /// (the removed pages, the memory that freed, their slots).
   template <page_table Table, class IdMap>
   std::map<SequenceId, page_removal<typename Table::page_id>> commit(const global_plan_type& plan, Table& table,
                                                                      IdMap table_id) {
@@ -485,19 +498,27 @@ class basic_manager {
       batch.reserve(plan.plans.size());
       entries.reserve(plan.plans.size());
       evicted.reserve(plan.plans.size());
+      std::vector<page_removal<typename Table::page_id>*> slots;  // the result's nodes, allocated up front
       for (const auto& [id, p] : plan.plans) {
         batch.push_back({table_id_of<Table>(table_id, id), p.pages});
         entries.push_back(&find_entry(id, "commit")->second);
         evicted.push_back(evicted_origins(*entries.back(), p.pages));
+        slots.push_back(&removals[id]);
       }
       auto done = table.remove_pages_of(batch);  // may throw; nothing has changed yet
-      std::size_t k = 0;
-      for (const auto& [id, p] : plan.plans) {
-        entries[k]->seq->remove(p.pages);
+      if (done.size() != batch.size())
+        detail::raise_usage("commit: the page table answered " + detail::to_text(done.size()) + " removals for " +
+                            detail::to_text(batch.size()) + " sequences (a broken batch_page_table)");
+      for (std::size_t k = 0; k < done.size(); ++k) detail::check_removal_answer(done[k], batch[k].pages.size());
+      for (std::size_t k = 0; k < entries.size(); ++k) {  // nothing below can fail
+        entries[k]->seq->remove(batch[k].pages);
         forget(*entries[k], evicted[k]);
-        removals.emplace(id, std::move(done[k++]));
+        *slots[k] = std::move(done[k]);
       }
     } else {
+      // One table call per sequence: a table that fails on sequence k (it passed check_commit, so an allocation
+      // or the engine's own error) leaves sequences before k committed, table and state together, and the rest
+      // unchanged. Every shipped table is a batch_page_table, which commits all or nothing.
       for (const auto& [id, p] : plan.plans)
         removals.emplace(id, apply(id, p, table, table_id_of<Table>(table_id, id)));
     }
@@ -546,10 +567,13 @@ class basic_manager {
   }
 
  private:
+  friend struct detail::manager_snapshot_access;
+
   struct entry {
     std::unique_ptr<sequence_type> seq;             // stable address: callers keep references across open()
     std::set<std::uint64_t> protected_origins;      // original page indices, which survive compaction
     std::map<std::uint64_t, std::uint64_t> shared;  // original page index -> the block's key in blocks_
+    std::uint64_t serial = 0;  // which opening of this id (a checkpoint must not mistake a reopened id for the old)
   };
   // A block held by more than one resident page (or by holders outside the manager).
   struct block_holders {
@@ -591,7 +615,7 @@ class basic_manager {
   }
   sequence_type& adopt(SequenceId id, std::unique_ptr<sequence_type> seq) {
     seq->mark_.owned = true;
-    return *entries_.emplace(id, entry{std::move(seq), {}, {}}).first->second.seq;
+    return *entries_.emplace(id, entry{std::move(seq), {}, {}, ++openings_}).first->second.seq;
   }
 
   template <class Table, class IdMap>
@@ -727,6 +751,8 @@ class basic_manager {
   std::map<std::uint64_t, block_holders> blocks_;
   std::uint64_t next_key_ = std::uint64_t{1} << 63;  // synthetic block keys, above any physical id
   step_t now_ = 0;
+  std::uint64_t openings_ = 0;                                // sequences adopted so far (the entries' serials)
+  std::uint64_t instance_ = detail::next_manager_instance();  // moves with the contents (snapshot checkpoints)
 };
 
 /// The common case: MemDecay sequences with float scores, page size chosen at run time, 64-bit request ids.

@@ -23,7 +23,9 @@
 // and optionally
 //   p.on_advance(view)                noexcept: the clock moved to view.now (called by advance_to; a policy
 //                                     whose scores cache something per step, like policies::memdecay's
-//                                     exp-free factors, follows the clock here)
+//                                     exp-free factors, follows the clock here); may return bool: whether a
+//                                     per-token column changed (false lets an incremental manager snapshot save
+//                                     the policy's scalars only; a void hook counts as true)
 //   p.observation_is_valid(view, mass) const noexcept -> bool: a fast check of the whole observation (length
 //                                     already checked); true promises that validate_mass and check_observation
 //                                     would both pass, false sends the evictor to them (to name the bad entry)

@@ -23,6 +23,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -152,8 +153,25 @@ class basic_sequence {
   /// Moves the logical clock forward (input_error if backwards), and tells the policy (on_advance, if it has one).
   /// Decay follows the clock, observed or not.
   void advance_to(step_t step) {
+    const std::uint64_t before = state_.generation();
     state_.advance_to(step);
-    if constexpr (advancing_policy<policy_type>) policy_.on_advance(view());
+    bool columns_changed = false;
+    if constexpr (advancing_policy<policy_type>) {
+      if constexpr (std::same_as<decltype(policy_.on_advance(view())), bool>) {
+        columns_changed = policy_.on_advance(view());
+      } else {
+        policy_.on_advance(view());
+        columns_changed = true;  // a hook that does not say may have changed anything
+      }
+    }
+    note_clock_move(before, columns_changed);
+  }
+  /// The generation of the last change other than a move of the clock that left every per-token column as it was
+  /// (an advance_to without an exp-free rebase). Equal content generations and different generations mean that
+  /// only the clock and the policy's scalars moved: an incremental manager snapshot (io/manager_snapshot.hpp) then
+  /// saves a few scalars instead of the sequence.
+  [[nodiscard]] std::uint64_t content_generation() const noexcept {
+    return state_.generation() == clock_moved_at_ ? content_before_clock_ : state_.generation();
   }
 
   // --- attention ---------------------------------------------------------------------------------------------
@@ -238,7 +256,11 @@ class basic_sequence {
   bool use_expfree_scores(bool on = true) requires requires(policy_type& p, const sequence_view& v) {
     p.use_expfree_scores(v, on);
   }
-  { return policy_.use_expfree_scores(view(), on); }
+  {
+    const bool now_on = policy_.use_expfree_scores(view(), on);
+    state_.touch();  // the scores come from another kernel now: plans made before are stale
+    return now_on;
+  }
   [[nodiscard]] bool expfree_scores() const noexcept requires requires(const policy_type& p) { p.expfree_scores(); }
   { return policy_.expfree_scores(); }
 
@@ -290,6 +312,7 @@ class basic_sequence {
 
  private:
   friend struct detail::snapshot_access;
+  friend struct detail::manager_snapshot_access;
   template <class Sequence, std::integral SequenceId>
   friend class basic_manager;
 
@@ -305,6 +328,13 @@ class basic_sequence {
       detail::raise_usage(
           "commit: this sequence is owned by a manager; commit through basic_manager::commit, "
           "which applies its per-step protections and shared pages");
+  }
+  // Keeps content_generation(): a run of clock moves that changed no per-token column remembers the generation
+  // before it.
+  void note_clock_move(std::uint64_t before, bool columns_changed) noexcept {
+    if (state_.generation() == before || columns_changed) return;
+    if (before != clock_moved_at_) content_before_clock_ = before;
+    clock_moved_at_ = state_.generation();
   }
   template <class AppendToState>
   void grow(std::size_t tokens, AppendToState&& append_to_state) {
@@ -329,6 +359,7 @@ class basic_sequence {
   page_removal<typename Table::page_id> remove_from(const plan_type& plan, Table& table,
                                                     const typename Table::sequence_id& seq) {
     auto removal = table.remove_pages(seq, plan.pages);
+    detail::check_removal_answer(removal, plan.pages.size());
     remove(plan.pages);
     return removal;
   }
@@ -338,6 +369,8 @@ class basic_sequence {
   state_type state_;
   policy_type policy_;
   detail::manager_mark mark_;
+  std::uint64_t clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the generation of the last clock move
+  std::uint64_t content_before_clock_ = 0;  // the generation before the run of clock moves that ends there
 };
 
 /// The layout of a MemDecay sequence with its policy's clocks and EWMA beside it: the form the scalar reference

@@ -164,6 +164,15 @@ void check_page_table(const Table& table, const typename Table::sequence_id& seq
                 " pages for this sequence, the sequence has " + to_text(num_pages));
 }
 
+/// Throws usage_error, before the state follows, if a table's removal does not name every page it was asked to
+/// remove (a broken adapter: the state is then left as it was, and the table must be re-synchronised).
+template <class Removal>
+void check_removal_answer(const Removal& removal, std::size_t asked) {
+  if (removal.removed.size() != asked)
+    raise_usage("commit: the page table reports " + to_text(removal.removed.size()) + " removed pages, " +
+                to_text(asked) + " were asked (a broken page table; the state is unchanged)");
+}
+
 }  // namespace memdecay::detail
 
 #endif  // MEMDECAY_CORE_SEQUENCE_RULES_HPP

@@ -32,7 +32,8 @@
 namespace memdecay {
 
 namespace detail {
-struct snapshot_access;  // io/snapshot.hpp: writes and restores the layout
+struct snapshot_access;          // io/snapshot.hpp: writes and restores the layout
+struct manager_snapshot_access;  // io/manager_snapshot.hpp: moves sequences between managers
 }  // namespace detail
 
 /// A run of `count` consecutive tokens of one region (the run-length form of labels).

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,7 +95,7 @@ constexpr std::uint8_t element_kind() noexcept {
 }
 
 template <class T>
-void put_le(std::vector<std::byte>& out, std::size_t at, T v) noexcept {
+void put_le(std::span<std::byte> out, std::size_t at, T v) noexcept {
   auto u = to_bits(v);
   for (std::size_t i = 0; i < sizeof(u); ++i) out[at + i] = static_cast<std::byte>((u >> (8 * i)) & 0xFFu);
 }
@@ -106,7 +107,7 @@ inline std::uint32_t snapshot_header_crc(std::span<const std::byte> header_and_n
 
 /// Writes the payload length and both checksums of a snapshot whose other bytes are final (the last step of
 /// save; tests and the fuzzer use it to build crafted snapshots that pass the checksums).
-inline void seal_snapshot(std::vector<std::byte>& bytes) noexcept {
+inline void seal_snapshot(std::span<std::byte> bytes) noexcept {
   const std::size_t payload = snapshot::header_bytes + static_cast<std::size_t>(bytes[17]);
   const auto body = std::span<const std::byte>(bytes).subspan(payload);
   put_le(bytes, 32, static_cast<std::uint64_t>(body.size()));
@@ -123,6 +124,12 @@ class snapshot_writer {
   static constexpr bool loading = false;
   snapshot_writer(std::size_t kv_len, std::size_t num_pages) : kv_len_(kv_len), num_pages_(num_pages) {
     out_.reserve(1024 + 24 * kv_len + 16 * num_pages);  // every shipped policy's fields fit (SnapKV's ring aside)
+  }
+  /// Writes into `buffer`'s memory (cleared; its capacity kept): a checkpoint taken every few seconds then touches
+  /// no fresh pages.
+  explicit snapshot_writer(std::vector<std::byte>&& buffer) noexcept
+      : out_(std::move(buffer)), kv_len_(0), num_pages_(0) {
+    out_.clear();
   }
 
   template <class T>
@@ -143,6 +150,10 @@ class snapshot_writer {
 
   [[nodiscard]] std::size_t kv_len() const noexcept { return kv_len_; }
   [[nodiscard]] std::size_t num_pages() const noexcept { return num_pages_; }
+  void set_layout(std::size_t kv_len, std::size_t num_pages) noexcept {
+    kv_len_ = kv_len;
+    num_pages_ = num_pages;
+  }
   template <class T>
   void param(std::string_view name, T& v) {
     scalar(name, 1, v);
@@ -222,6 +233,10 @@ class snapshot_reader {
     pos_ += out.size();
   }
   [[nodiscard]] std::size_t left() const noexcept { return in_.size() - pos_; }
+  void skip(std::size_t n, const char* field) {
+    need(n, field);
+    pos_ += n;
+  }
 
   void set_layout(std::size_t kv_len, std::size_t num_pages) noexcept {
     kv_len_ = kv_len;
@@ -347,6 +362,13 @@ inline std::uint32_t library_version_number() noexcept {
 struct snapshot_access {
   template <class Seq>
   static std::vector<std::byte> save(const Seq& seq) {
+    snapshot_writer w(seq.state_.kv_len(), seq.state_.num_pages());
+    save_into(seq, w);
+    return std::move(w.bytes());
+  }
+  /// Appends the snapshot of `seq` to the writer's bytes (a manager snapshot holds one per sequence).
+  template <class Seq>
+  static void save_into(const Seq& seq, snapshot_writer& w) {
     using P = typename Seq::policy_type;
     using Float = typename Seq::float_type;
     static_assert(
@@ -354,17 +376,19 @@ struct snapshot_access {
         "this policy has no snapshot_fields(): it cannot be saved");
     const auto& st = seq.state_;
     const std::string_view name = P::name;
-    snapshot_writer w(st.kv_len(), st.num_pages());
+    const std::size_t base = w.bytes().size();
+    const auto header = [&] { return std::span<std::byte>(w.bytes()).subspan(base); };
+    w.set_layout(st.kv_len(), st.num_pages());
     // The header, with the checksums filled in at the end.
-    w.bytes().resize(snapshot::header_bytes);
-    std::memcpy(w.bytes().data(), snapshot::magic.data(), snapshot::magic.size());
-    put_le(w.bytes(), 8, snapshot::format_version);
-    put_le(w.bytes(), 12, library_version_number());
-    put_le(w.bytes(), 16, float_code<Float>());
-    put_le(w.bytes(), 17, static_cast<std::uint8_t>(name.size()));
-    put_le(w.bytes(), 18, std::uint16_t{0});
-    put_le(w.bytes(), 20, static_cast<std::uint32_t>(st.page_size()));
-    put_le(w.bytes(), 24, seq.config_digest());
+    w.bytes().resize(base + snapshot::header_bytes);
+    std::memcpy(header().data(), snapshot::magic.data(), snapshot::magic.size());
+    put_le(header(), 8, snapshot::format_version);
+    put_le(header(), 12, library_version_number());
+    put_le(header(), 16, float_code<Float>());
+    put_le(header(), 17, static_cast<std::uint8_t>(name.size()));
+    put_le(header(), 18, std::uint16_t{0});
+    put_le(header(), 20, static_cast<std::uint32_t>(st.page_size()));
+    put_le(header(), 24, seq.config_digest());
     w.put_bytes(std::as_bytes(std::span<const char>(name.data(), name.size())));
     // The layout.
     w.put(st.logical_len_);
@@ -377,11 +401,10 @@ struct snapshot_access {
     // The policy's fields: a count, filled in after them.
     const std::size_t count_at = w.bytes().size();
     w.put(std::uint32_t{0});
+    const std::uint32_t fields_before = w.fields();
     const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
-    put_le(w.bytes(), count_at, w.fields());
-    auto out = std::move(w.bytes());
-    seal_snapshot(out);
-    return out;
+    put_le(w.bytes(), count_at, w.fields() - fields_before);
+    seal_snapshot(header());
   }
 
   template <class Seq>
@@ -481,7 +504,75 @@ struct snapshot_access {
     st.reserve_for(0);
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
+    target.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the loaded generation is a content one
   }
+
+  // --- the clock record of an incremental manager snapshot (io/manager_snapshot.hpp) ---
+  // A sequence whose content_generation() did not move since the last snapshot differs from the saved one only in
+  // its clock, its generation and its policy's scalars: the record holds those (the policy's parameters and values,
+  // no columns).
+  template <class Seq>
+  static void save_clock(const Seq& seq, snapshot_writer& w) {
+    using P = typename Seq::policy_type;
+    w.put(seq.state_.now_);
+    w.put(seq.state_.generation_);
+    const std::size_t count_at = w.bytes().size();
+    w.put(std::uint32_t{0});
+    const std::uint32_t before = w.fields();
+    scalars_only<snapshot_writer> f(w);
+    const_cast<P&>(seq.policy_).snapshot_fields(f);
+    put_le(w.bytes(), count_at, w.fields() - before);
+  }
+  /// Applies a clock record to `seq` (the sequence it was saved against). Leaves `seq` half-updated when it throws:
+  /// the caller loads into a sequence it discards on error.
+  template <class Seq>
+  static void load_clock(Seq& seq, snapshot_reader& r) {
+    const auto now = r.get<step_t>("sequence now");
+    if (now < seq.state_.now_)
+      r.fail("sequence now", "step " + to_text(now) + " is before the previous snapshot's " + to_text(seq.state_.now_));
+    const auto generation = r.get<std::uint64_t>("sequence generation");
+    if (generation < seq.state_.generation_)
+      r.fail("sequence generation",
+             to_text(generation) + " is before the previous snapshot's " + to_text(seq.state_.generation_));
+    const auto fields = r.get<std::uint32_t>("field count");
+    const std::uint32_t before = r.fields();
+    r.set_layout(seq.state_.kv_len(), seq.state_.num_pages());
+    seq.state_.now_ = now;
+    seq.state_.generation_ = generation;
+    scalars_only<snapshot_reader> f(r);
+    seq.policy_.snapshot_fields(f);
+    if (r.fields() - before != fields)
+      r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields() - before) + " read");
+    seq.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();
+  }
+
+ private:
+  // A policy's fields without its columns (they are the previous snapshot's).
+  template <class Fields>
+  struct scalars_only {
+    static constexpr bool loading = Fields::loading;
+    Fields& f;
+    explicit scalars_only(Fields& fields) : f(fields) {}
+    [[nodiscard]] std::size_t kv_len() const noexcept { return f.kv_len(); }
+    [[nodiscard]] std::size_t num_pages() const noexcept { return f.num_pages(); }
+    [[noreturn]] void fail(const std::string& field, const std::string& what) const { f.fail(field, what); }
+    template <class T>
+    void param(std::string_view name, T& v) {
+      f.param(name, v);
+    }
+    template <class T>
+    void value(std::string_view name, T& v) {
+      f.value(name, v);
+    }
+    template <class T>
+    void param_list(std::string_view name, std::vector<T>& v) {
+      f.param_list(name, v);
+    }
+    template <class T>
+    void column(std::string_view, std::vector<T>&, std::size_t) noexcept {}
+    template <class T>
+    void column_with_infinities(std::string_view, std::vector<T>&, std::size_t) noexcept {}
+  };
 };
 
 }  // namespace detail

@@ -164,19 +164,44 @@ class block_pool {
   /// holds them (freed), both in logical order, and the removed blocks' slots. Throws usage_error, changing
   /// nothing, when check_remove_pages() does.
   page_removal<PageId> remove_pages(const SequenceId& seq, std::span<const std::size_t> pages) {
-    check_remove_pages(seq, pages);
-    auto& e = find(seq);
-    page_removal<PageId> out;  // every allocation before the first change: free_ already has room for every block
-    out.removed.reserve(pages.size());
-    out.freed.emplace().reserve(pages.size());
-    for (std::size_t p : pages) {
-      out.removed.push_back(e.blocks[p]);
-      if (refs_[static_cast<std::size_t>(e.blocks[p])] == 1) out.freed->push_back(e.blocks[p]);
+    const sequence_pages<SequenceId> one{seq, pages};
+    return std::move(remove_pages_of(std::span<const sequence_pages<SequenceId>>(&one, 1)).front());
+  }
+
+  /// Throws what remove_pages_of(batch) would throw, changing nothing: what check_remove_pages rejects for any
+  /// entry, or a sequence named twice.
+  void check_remove_pages_of(std::span<const sequence_pages<SequenceId>> batch) const {
+    for (const auto& b : batch) check_remove_pages(b.seq, b.pages);
+    check_batch_names_each_once(batch);
+  }
+  /// remove_pages for every entry, all or nothing: every result is built first (the only step that allocates; a
+  /// block two entries drop is freed by the later one, as consecutive remove_pages calls would say), then the
+  /// blocks are released (free_ already has room for every block) and the tables compacted.
+  std::vector<page_removal<PageId>> remove_pages_of(std::span<const sequence_pages<SequenceId>> batch) {
+    check_remove_pages_of(batch);
+    std::vector<page_removal<PageId>> out(batch.size());
+    std::vector<entry*> entries;
+    entries.reserve(batch.size());
+    std::map<PageId, std::size_t> dropped;  // references this batch drops, per block it touches
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      entry& e = find(batch[b].seq);
+      entries.push_back(&e);
+      auto& o = out[b];
+      o.removed.reserve(batch[b].pages.size());
+      o.freed.emplace().reserve(batch[b].pages.size());
+      for (std::size_t p : batch[b].pages) {
+        const PageId id = e.blocks[p];
+        o.removed.push_back(id);
+        if (refs_[static_cast<std::size_t>(id)] == ++dropped[id]) o.freed->push_back(id);
+      }
+      o.slots = block_slots(std::span<const PageId>(o.removed), page_size_);
     }
-    out.slots = block_slots(std::span<const PageId>(out.removed), page_size_);
-    for (std::size_t p : pages) release(e.blocks[p]);
-    e.blocks.resize(compact_pages(std::span<PageId>(e.blocks), 1, pages));
-    e.tokens -= pages.size() * page_size_;
+    for (std::size_t b = 0; b < batch.size(); ++b) {
+      entry& e = *entries[b];
+      for (std::size_t p : batch[b].pages) release(e.blocks[p]);
+      e.blocks.resize(compact_pages(std::span<PageId>(e.blocks), 1, batch[b].pages));
+      e.tokens -= batch[b].pages.size() * page_size_;
+    }
     return out;
   }
 
@@ -238,6 +263,7 @@ class block_pool {
 static_assert(page_table<block_pool<>>);
 static_assert(checked_page_table<block_pool<>>);
 static_assert(shared_page_table<block_pool<>>);
+static_assert(batch_page_table<block_pool<>>);
 
 }  // namespace memdecay
 

@@ -154,6 +154,18 @@ inline void check_page_list(std::span<const std::size_t> pages, std::size_t num_
   }
 }
 
+/// Throws usage_error if a batch names one sequence twice (a batch removal would otherwise read a row it already
+/// changed). SequenceId must be ordered.
+template <class SequenceId>
+void check_batch_names_each_once(std::span<const sequence_pages<SequenceId>> batch) {
+  std::vector<SequenceId> seen;
+  seen.reserve(batch.size());
+  for (const auto& b : batch) seen.push_back(b.seq);
+  std::sort(seen.begin(), seen.end());
+  if (auto dup = std::adjacent_find(seen.begin(), seen.end()); dup != seen.end())
+    detail::raise_usage("remove_pages_of: sequence " + detail::to_text(*dup) + " is named twice");
+}
+
 /// Compacts `entries` in place by dropping the logical pages `pages` (strictly ascending, already checked), each
 /// `stride` entries wide, keeping the order of the rest. Returns the new number of entries. Entries past it keep
 /// whatever they held. Shared by the adapters, whose arrays differ only in what one page's entries are.

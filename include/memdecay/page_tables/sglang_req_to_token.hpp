@@ -99,11 +99,13 @@ class sglang_req_to_token {
   /// Throws what remove_pages(r, pages) would throw, changing nothing.
   void check_remove_pages(sequence_id r, std::span<const std::size_t> pages) const {
     validate();
-    check_page_list(pages, num_pages(r));
-    for (std::size_t p : pages)
-      if ((p + 1) * page_size_ > seq_len(r))
-        detail::raise_usage("remove_pages: logical page " + detail::to_text(p) + " of row " + detail::to_text(r) +
-                            " is the partial last page");
+    check_page_list_of(r, pages);
+  }
+  /// Throws what remove_pages_of(batch) would throw, changing nothing (the table is validated once).
+  void check_remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) const {
+    validate();
+    for (const auto& b : batch) check_page_list_of(b.seq, b.pages);
+    check_batch_names_each_once(batch);
   }
 
   /// Removes the strictly ascending logical pages of row r: shifts the later tokens left by whole pages and lowers
@@ -112,6 +114,31 @@ class sglang_req_to_token {
   /// slots). Throws, writing nothing, when check_remove_pages() does.
   page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
+    auto out = removal_of(r, pages);
+    apply_removal(r, pages);
+    return out;
+  }
+  /// remove_pages for every entry, all or nothing: every result is built (the only step that allocates) before
+  /// the first row changes.
+  std::vector<page_removal<page_id>> remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) {
+    check_remove_pages_of(batch);
+    std::vector<page_removal<page_id>> out;
+    out.reserve(batch.size());
+    for (const auto& b : batch) out.push_back(removal_of(b.seq, b.pages));
+    for (const auto& b : batch) apply_removal(b.seq, b.pages);
+    return out;
+  }
+
+ private:
+  void check_page_list_of(sequence_id r, std::span<const std::size_t> pages) const {
+    check_page_list(pages, num_pages(r));
+    for (std::size_t p : pages)
+      if ((p + 1) * page_size_ > seq_len(r))
+        detail::raise_usage("remove_pages: logical page " + detail::to_text(p) + " of row " + detail::to_text(r) +
+                            " is the partial last page");
+  }
+  // What removing the checked `pages` from row r removes, read before the row changes.
+  page_removal<page_id> removal_of(sequence_id r, std::span<const std::size_t> pages) const {
     const auto row = slots_.subspan(r * stride_, static_cast<std::size_t>(lens_[r]));
     page_removal<page_id> out;
     out.removed.reserve(pages.size());
@@ -123,11 +150,13 @@ class sglang_req_to_token {
                    row.begin() + static_cast<std::ptrdiff_t>((p + 1) * page_size_));
     }
     out.slots = merge_slots(std::move(slots));
-    lens_[r] = static_cast<std::int64_t>(compact_pages(row, page_size_, pages));
     return out;
   }
+  void apply_removal(sequence_id r, std::span<const std::size_t> pages) noexcept {
+    const auto row = slots_.subspan(r * stride_, static_cast<std::size_t>(lens_[r]));
+    lens_[r] = static_cast<std::int64_t>(compact_pages(row, page_size_, pages));
+  }
 
- private:
   // Also checks the row's length in O(1), so a length the engine broke since the last validation is reported,
   // never read past the row.
   void check_row(sequence_id r) const {
@@ -149,6 +178,7 @@ class sglang_req_to_token {
 
 static_assert(page_table<sglang_req_to_token>);
 static_assert(checked_page_table<sglang_req_to_token>);
+static_assert(batch_page_table<sglang_req_to_token>);
 
 }  // namespace memdecay
 

@@ -138,16 +138,43 @@ class vllm_block_table {
   /// when check_remove_pages() does.
   page_removal<page_id> remove_pages(sequence_id r, std::span<const std::size_t> pages) {
     check_remove_pages(r, pages);
+    auto out = removal_of(r, pages);
+    apply_removal(r, pages);
+    return out;
+  }
+
+  /// Throws what remove_pages_of(batch) would throw, changing nothing: what check_remove_pages rejects for any
+  /// entry, or a row named twice.
+  void check_remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) const {
+    for (const auto& b : batch) check_remove_pages(b.seq, b.pages);
+    check_batch_names_each_once(batch);
+  }
+  /// remove_pages for every entry, all or nothing: every result is built (the only step that allocates) before
+  /// the first row changes.
+  std::vector<page_removal<page_id>> remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) {
+    check_remove_pages_of(batch);
+    std::vector<page_removal<page_id>> out;
+    out.reserve(batch.size());
+    for (const auto& b : batch) out.push_back(removal_of(b.seq, b.pages));
+    for (const auto& b : batch) apply_removal(b.seq, b.pages);
+    return out;
+  }
+
+ private:
+  // What removing the checked `pages` from row r removes, read before the row changes.
+  page_removal<page_id> removal_of(sequence_id r, std::span<const std::size_t> pages) const {
     page_removal<page_id> out;
     out.removed.reserve(pages.size());
     const auto row = block_ids_.subspan(r * stride_, static_cast<std::size_t>(num_blocks_[r]));
     for (std::size_t p : pages) out.removed.push_back(row[p]);
     out.slots = block_slots(std::span<const page_id>(out.removed), page_size_);
-    num_blocks_[r] = static_cast<std::int32_t>(compact_pages(row, 1, pages));
     return out;
   }
+  void apply_removal(sequence_id r, std::span<const std::size_t> pages) noexcept {
+    const auto row = block_ids_.subspan(r * stride_, static_cast<std::size_t>(num_blocks_[r]));
+    num_blocks_[r] = static_cast<std::int32_t>(compact_pages(row, 1, pages));
+  }
 
- private:
   // Also checks the row's count in O(1), so a count the engine broke since the last validation is reported,
   // never read past the row.
   void check_row(sequence_id r) const {
@@ -170,6 +197,7 @@ class vllm_block_table {
 static_assert(page_table<vllm_block_table>);
 static_assert(checked_page_table<vllm_block_table>);
 static_assert(shared_page_table<vllm_block_table>);
+static_assert(batch_page_table<vllm_block_table>);
 
 }  // namespace memdecay
 

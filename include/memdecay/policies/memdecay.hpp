@@ -142,10 +142,12 @@ class memdecay {
   }
   /// The clock moved to view.now (basic_sequence::advance_to): the exp-free factors follow, rebasing the
   /// weights when the clock has run floor(40 / max lambda_r) steps past the epoch.
-  void on_advance(const sequence_view& view) noexcept {
+  /// Returns whether a per-token column changed (the exp-free weights, on a rebase); otherwise only scalars did.
+  bool on_advance(const sequence_view& view) noexcept {
     scores_valid_ = false;
-    if (expfree_)
-      simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_, weights_.data());
+    if (!expfree_) return false;
+    return simd::advance_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_,
+                                 weights_.data());
   }
   /// Chooses the scorer (see the top of this file): on, the exp-free kernel whenever the region table is inside
   /// its domain; off, the polynomial-exp kernel. Returns whether the exp-free kernel is now in use. The two agree

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fault injection: a page table that fails on command. faulty_table<Table> forwards every call to a real table and
+// counts them; armed with fail(k, mode), the k-th call (0-based, over every member the library calls) fails before
+// it reaches the real table:
+//   engine_error   throws std::runtime_error (the engine's own failure: a CUDA error, a lost worker)
+//   out_of_memory  throws std::bad_alloc
+//   refusal        throws memdecay::usage_error (a table that rejects the request)
+//   short_report   (removals only) answers as if one page fewer had been removed, and removes nothing: a broken
+//                  adapter, which the library must catch before its state follows
+// Calls of other kinds than the armed one's pass through, so a mode that only applies to removals is tried at every
+// call and fails only at removals. The wrapped table stays the real table's owner's; the wrapper holds a reference.
+#ifndef MEMDECAY_TESTS_SUPPORT_FAULTY_TABLE_HPP
+#define MEMDECAY_TESTS_SUPPORT_FAULTY_TABLE_HPP
+
+#include <cstddef>
+#include <new>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <memdecay/detail/error.hpp>
+#include <memdecay/page_tables/page_table.hpp>
+
+namespace fault_injection {
+
+enum class fault_mode { engine_error, out_of_memory, refusal, short_report };
+
+inline const char* to_string(fault_mode m) {
+  switch (m) {
+    case fault_mode::engine_error: return "engine_error";
+    case fault_mode::out_of_memory: return "out_of_memory";
+    case fault_mode::refusal: return "refusal";
+    case fault_mode::short_report: return "short_report";
+  }
+  return "?";
+}
+
+inline constexpr fault_mode all_modes[] = {fault_mode::engine_error, fault_mode::out_of_memory, fault_mode::refusal,
+                                           fault_mode::short_report};
+
+template <memdecay::page_table Table>
+class faulty_table {
+ public:
+  using sequence_id = typename Table::sequence_id;
+  using page_id = typename Table::page_id;
+
+  explicit faulty_table(Table& inner) : inner_(inner) {}
+
+  /// Fails the `call`-th call from now on (counting from the last reset), in `mode`; std::nullopt disarms.
+  void fail(std::optional<std::size_t> call, fault_mode mode) {
+    fail_at_ = call;
+    mode_ = mode;
+    calls_ = 0;
+    fired_ = false;
+  }
+  /// Calls since the last fail() (or construction).
+  [[nodiscard]] std::size_t calls() const noexcept { return calls_; }
+  /// Whether the armed fault fired.
+  [[nodiscard]] bool fired() const noexcept { return fired_; }
+
+  [[nodiscard]] std::size_t page_size() const {
+    hit("page_size", false);
+    return inner_.page_size();
+  }
+  [[nodiscard]] std::size_t num_pages(const sequence_id& seq) const {
+    hit("num_pages", false);
+    return inner_.num_pages(seq);
+  }
+  [[nodiscard]] page_id page_at(const sequence_id& seq, std::size_t index) const {
+    hit("page_at", false);
+    return inner_.page_at(seq, index);
+  }
+  void check_remove_pages(const sequence_id& seq,
+                          std::span<const std::size_t> pages) const requires memdecay::checked_page_table<Table> {
+    hit("check_remove_pages", false);
+    inner_.check_remove_pages(seq, pages);
+  }
+  memdecay::page_removal<page_id> remove_pages(const sequence_id& seq, std::span<const std::size_t> pages) {
+    if (hit("remove_pages", true)) {  // short_report: the answer of a removal that lost a page, nothing removed
+      memdecay::page_removal<page_id> lie;
+      for (std::size_t k = 1; k < pages.size(); ++k) lie.removed.push_back(inner_.page_at(seq, pages[k]));
+      return lie;
+    }
+    return inner_.remove_pages(seq, pages);
+  }
+  void check_remove_pages_of(
+      std::span<const memdecay::sequence_pages<sequence_id>> batch) const requires memdecay::batch_page_table<Table> {
+    hit("check_remove_pages_of", false);
+    inner_.check_remove_pages_of(batch);
+  }
+  std::vector<memdecay::page_removal<page_id>> remove_pages_of(
+      std::span<const memdecay::sequence_pages<sequence_id>> batch) requires memdecay::batch_page_table<Table> {
+    if (hit("remove_pages_of", true)) {
+      std::vector<memdecay::page_removal<page_id>> lie(batch.size());
+      for (std::size_t b = 0; b < batch.size(); ++b)
+        for (std::size_t k = b == 0 ? 1 : 0; k < batch[b].pages.size(); ++k)
+          lie[b].removed.push_back(inner_.page_at(batch[b].seq, batch[b].pages[k]));
+      return lie;
+    }
+    return inner_.remove_pages_of(batch);
+  }
+  void fork(const sequence_id& from, const sequence_id& to) requires requires(Table& t) { t.fork(from, to); }
+  {
+    hit("fork", false);
+    inner_.fork(from, to);
+  }
+  [[nodiscard]] std::size_t ref_count(const page_id& id) const requires memdecay::shared_page_table<Table> {
+    hit("ref_count", false);
+    return inner_.ref_count(id);
+  }
+
+ private:
+  // Counts a call; throws (or, for short_report at a removal, returns true) when it is the armed one.
+  bool hit(const char* call, bool removal) const {
+    const std::size_t index = calls_++;
+    if (!fail_at_ || index != *fail_at_) return false;
+    if (mode_ == fault_mode::short_report) {
+      if (!removal) return false;
+      fired_ = true;
+      return true;
+    }
+    fired_ = true;
+    switch (mode_) {
+      case fault_mode::engine_error: throw std::runtime_error(std::string("injected engine error in ") + call);
+      case fault_mode::out_of_memory: throw std::bad_alloc();
+      case fault_mode::refusal: memdecay::detail::raise_usage(std::string("injected refusal in ") + call);
+      case fault_mode::short_report: break;
+    }
+    return false;
+  }
+
+  Table& inner_;
+  std::optional<std::size_t> fail_at_;
+  fault_mode mode_ = fault_mode::engine_error;
+  mutable std::size_t calls_ = 0;
+  mutable bool fired_ = false;
+};
+
+/// The same table without its batch removal (a user's table that only has remove_pages): the manager then commits
+/// sequence by sequence.
+template <memdecay::page_table Table>
+class unbatched_table {
+ public:
+  using sequence_id = typename Table::sequence_id;
+  using page_id = typename Table::page_id;
+  explicit unbatched_table(Table& inner) : inner_(inner) {}
+  [[nodiscard]] std::size_t page_size() const { return inner_.page_size(); }
+  [[nodiscard]] std::size_t num_pages(const sequence_id& seq) const { return inner_.num_pages(seq); }
+  [[nodiscard]] page_id page_at(const sequence_id& seq, std::size_t index) const { return inner_.page_at(seq, index); }
+  void check_remove_pages(const sequence_id& seq, std::span<const std::size_t> pages) const {
+    inner_.check_remove_pages(seq, pages);
+  }
+  memdecay::page_removal<page_id> remove_pages(const sequence_id& seq, std::span<const std::size_t> pages) {
+    return inner_.remove_pages(seq, pages);
+  }
+
+ private:
+  Table& inner_;
+};
+
+}  // namespace fault_injection
+
+#endif  // MEMDECAY_TESTS_SUPPORT_FAULTY_TABLE_HPP
