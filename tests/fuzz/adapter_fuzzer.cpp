@@ -34,6 +34,7 @@
 
 #include "common.hpp"
 #include "memdecay/core/manager.hpp"
+#include "memdecay/io/manager_snapshot.hpp"
 #include "memdecay/page_tables/flashinfer_csr.hpp"
 #include "model.hpp"
 
@@ -156,7 +157,12 @@ class harness {
         case 15:
         case 16: op_commit_global(in); break;
         case 17: op_corrupt(in); break;
-        case 18: op_scratch_remove(in); break;
+        case 18:
+          if (in.flip(2))
+            op_snapshot(in);
+          else
+            op_scratch_remove(in);
+          break;
         default: op_commit_one(in); break;
       }
       // The full comparison after every call that changed something (the digest covers every field the
@@ -1206,7 +1212,58 @@ class harness {
       FUZZ_CHECK(copy.indices[i] == arrays_.indices[i], "scratch remove_pages: wrote past the new nnz");
   }
 
+  /// Manager snapshots: an incremental save appended to the chain, the whole chain loaded into a new manager
+  /// (the same digest; sometimes it then replaces the fuzzed manager, so every later call checks the load against
+  /// the model), or a full snapshot with a flipped bit or truncated, loaded into the fuzzed manager itself (rejected
+  /// with an input_error, nothing changed).
+  void op_snapshot(reader& in) {
+    const auto before = snap();
+    const auto configure = [&](std::uint64_t id) { return mgr_.at(id).get_config(); };
+    const std::uint8_t how = in.u8() % 4;
+    if (how < 2) {
+      std::vector<std::byte> bytes;
+      FUZZ_CHECK(run_call([&] { memdecay::snapshot::save(mgr_, checkpoint_, bytes); }) == outcome::ok,
+                 "manager save failed");
+      chain_.push_back(std::move(bytes));
+      std::optional<manager_type> loaded;
+      std::string error;
+      const outcome got = run_call([&] {
+        loaded.emplace(mgr_.get_config());
+        try {
+          memdecay::snapshot::load(*loaded, chain_, configure);
+        } catch (const std::exception& e) {
+          error = e.what();
+          throw;
+        }
+      });
+      FUZZ_CHECK(got == outcome::ok,
+                 "loading an intact chain of " + std::to_string(chain_.size()) + " failed: " + error);
+      FUZZ_CHECK(loaded->digest() == mgr_.digest(), "a loaded chain has another digest");
+      FUZZ_CHECK(memdecay::snapshot::save(*loaded) == memdecay::snapshot::save(mgr_),
+                 "a loaded manager saves other bytes");
+      if (how == 1) mgr_ = std::move(*loaded);  // its checkpoints are then another manager's
+      if (how == 1 || chain_.size() >= 6) {
+        checkpoint_.reset();
+        chain_.clear();
+      }
+      FUZZ_CHECK(snap() == before, "a save or a replacing load changed something");
+      return;
+    }
+    auto bytes = memdecay::snapshot::save(mgr_);
+    if (how == 2) {
+      const std::size_t bit = in.u32() % (8 * bytes.size());
+      bytes[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+    } else {
+      bytes.resize(in.u32() % bytes.size());
+    }
+    const outcome got = run_call([&] { memdecay::snapshot::load(mgr_, bytes, configure); });
+    expect(got, outcome::input_error, how == 2 ? "manager load(a flipped bit)" : "manager load(truncated)");
+    FUZZ_CHECK(snap() == before, "a rejected manager snapshot changed something");
+  }
+
   manager_type& mgr_;
+  memdecay::snapshot::checkpoint checkpoint_;
+  std::vector<std::vector<std::byte>> chain_;
   std::size_t P_, pool_pages_, slack_;
   memdecay::global_budget global_;
   std::vector<std::size_t> refs_;

@@ -30,6 +30,7 @@
 
 #include "memdecay/page_tables/block_pool.hpp"
 #include "memdecay/core/sequence.hpp"
+#include "memdecay/io/snapshot.hpp"
 #include "common.hpp"
 #include "model.hpp"
 
@@ -191,7 +192,12 @@ class harness {
         case 12:
         case 13: op_commit(in); break;
         case 14: op_pool(in); break;
-        default: op_queries(in); break;
+        default:
+          if (in.flip(3))
+            op_snapshot(in);
+          else
+            op_queries(in);
+          break;
       }
       // The full comparison after every call that changed something; a call that left the digest, the generation
       // and the pool alone left a state that was already compared (the digest covers every field).
@@ -731,6 +737,39 @@ class harness {
     const outcome got2 = run_call([&] { seq_.page_scores(std::span<Float>(out)); });
     expect(got2, out.size() == m_.num_pages() ? outcome::ok : outcome::input_error, "page_scores(out)");
     FUZZ_CHECK(snap() == before, "a const call changed the state");
+  }
+
+  /// save, then load: intact into a new sequence that replaces the fuzzed one (every later call is compared with
+  /// the model, so the load must be bit-identical), or with a flipped bit or truncated into the fuzzed sequence
+  /// itself (rejected with an input_error, nothing changed).
+  void op_snapshot(reader& in) {
+    const auto before = snap();
+    std::vector<std::byte> bytes;
+    const outcome saved = run_call([&] { bytes = memdecay::snapshot::save(seq_); });
+    FUZZ_CHECK(saved == outcome::ok, "snapshot::save failed");
+    const std::uint8_t how = in.u8() % 3;
+    if (how == 0) {
+      std::optional<seq_type> twin;
+      const outcome got = run_call([&] {
+        twin.emplace(seq_.get_config());
+        memdecay::snapshot::load(*twin, bytes);
+      });
+      FUZZ_CHECK(got == outcome::ok, "snapshot::load of an intact snapshot failed");
+      FUZZ_CHECK(twin->digest() == seq_.digest(), "a loaded sequence has another digest");
+      FUZZ_CHECK(memdecay::snapshot::save(*twin) == bytes, "a loaded sequence saves other bytes");
+      seq_ = std::move(*twin);
+      FUZZ_CHECK(snap() == before, "the loaded sequence differs from the saved one");
+      return;
+    }
+    if (how == 1) {
+      const std::size_t bit = in.u32() % (8 * bytes.size());
+      bytes[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
+    } else {
+      bytes.resize(in.u32() % bytes.size());
+    }
+    const outcome got = run_call([&] { memdecay::snapshot::load(seq_, bytes); });
+    expect(got, outcome::input_error, how == 1 ? "snapshot::load(a flipped bit)" : "snapshot::load(truncated)");
+    FUZZ_CHECK(snap() == before, "a rejected snapshot changed the sequence");
   }
 
   seq_type& seq_;
