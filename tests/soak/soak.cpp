@@ -92,9 +92,14 @@ int main(int argc, char** argv) {
     call(twin);
   };
   auto open_one = [&] {
+    // Near the sequence budget (384 tokens) from the start, so that the running batch's appends make it evict.
     const std::uint64_t id = next_id++;
-    const std::size_t system = 16 + rng() % 48;
-    both([&](md::manager& m) { m.open(id, sequence_config()).append(md::regions::system, system); });
+    const std::size_t system = 16 + rng() % 48, history = 240 + rng() % 96;
+    both([&](md::manager& m) {
+      auto& s = m.open(id, sequence_config());
+      s.append(md::regions::system, system);
+      s.append(md::regions::tool_out, history);
+    });
     ids.push_back(id);
   };
   for (std::size_t i = 0; i < o.sequences; ++i) open_one();
@@ -114,7 +119,7 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < o.batch; ++k) {
       const std::uint64_t id = ids[rng() % ids.size()];
       const auto region = static_cast<md::region_id>(1 + rng() % 6);
-      const std::size_t count = 1 + rng() % 24;
+      const std::size_t count = 8 + rng() % 40;
       const std::size_t kv = live.at(id).kv_len() + count;
       mass.resize(kv);
       for (auto& x : mass) x = static_cast<float>(rng() % 1000) / (1000.0f * static_cast<float>(kv));
@@ -169,6 +174,10 @@ int main(int argc, char** argv) {
     if (rss_warm == 0 && cycle >= 128 && elapsed >= o.seconds * 0.1) rss_warm = status_mib("VmRSS:");
   }
   if (live.digest() != twin.digest()) diverged("the final digests differ", cycle);
+  if (cycle > 200 && evicted_pages == 0) {
+    std::fprintf(stderr, "soak: nothing was evicted: the commits were never exercised\n");
+    return 1;
+  }
   const double rss_end = status_mib("VmRSS:"), hwm = status_mib("VmHWM:");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
