@@ -84,7 +84,7 @@ std::vector<md::snapshot::record_kind> record_kinds(const bytes& b) {
     at += 8 + 16 * u64(at);  // shared
     if (kind == md::snapshot::record_kind::full) {
       at += 8 + u64(at);
-    } else if (kind == md::snapshot::record_kind::clock) {
+    } else if (kind == md::snapshot::record_kind::clock || kind == md::snapshot::record_kind::rebased) {
       at += 4 + 8;
       const std::uint64_t fields = u64(at) & 0xFFFFFFFFu;
       at += 4;
@@ -363,4 +363,37 @@ TEST(ManagerSnapshot, AChainBuildsOnlyTheSequencesOfItsLastElement) {
   });
   EXPECT_EQ(back.digest(), mgr.digest());
   EXPECT_EQ(asked, (std::vector<std::uint64_t>{7, 8})) << "each surviving sequence is configured once";
+}
+
+TEST(ManagerSnapshot, ARebaseSavesTheWeightsWithTheScalarsNotTheSequence) {
+  // MemDecay's exp-free weights rebase once every floor(40 / max lambda_r) steps (865 with the default regions):
+  // a waiting sequence that rebased gets a rebased record (its scalars and the 4-byte weights) instead of a full
+  // one (17.5 bytes per token).
+  md::manager mgr({.page_size = 16});
+  md::config cfg{.page_size = 16};
+  auto& s = mgr.open(1, cfg);
+  s.append(md::regions::user, 4096);
+  std::vector<float> mass(4096, 1.0f / 4096.0f);
+  mgr.advance_to(1);
+  s.observe_tokens(mass);
+  ASSERT_TRUE(s.expfree_scores());
+  md::snapshot::checkpoint cp;
+  const bytes full = md::snapshot::save(mgr, cp);
+  mgr.advance_to(2000);  // past the clock's span: a rebase
+  const bytes rebased = md::snapshot::save(mgr, cp);
+  using K = md::snapshot::record_kind;
+  EXPECT_EQ(record_kinds(rebased), std::vector<K>{K::rebased});
+  EXPECT_LT(rebased.size(), 4096u * 4u + 1024u);
+  EXPECT_GT(rebased.size(), 4096u * 4u);
+  mgr.advance_to(2001);  // no rebase: scalars only
+  const bytes clock = md::snapshot::save(mgr, cp);
+  EXPECT_EQ(record_kinds(clock), std::vector<K>{K::clock});
+  md::manager back({.page_size = 16});
+  md::snapshot::load(back, std::vector<bytes>{full, rebased, clock}, cfg);
+  EXPECT_EQ(back.digest(), mgr.digest());
+  EXPECT_EQ(md::snapshot::save(back), md::snapshot::save(mgr));
+  md::manager mid({.page_size = 16});
+  md::snapshot::load(mid, std::vector<bytes>{full, rebased}, cfg);
+  mid.advance_to(2001);
+  EXPECT_EQ(mid.digest(), mgr.digest()) << "the rebased state continues like the original";
 }

@@ -25,7 +25,9 @@
 //                                     whose scores cache something per step, like policies::memdecay's
 //                                     exp-free factors, follows the clock here); may return bool: whether a
 //                                     per-token column changed (false lets an incremental manager snapshot save
-//                                     the policy's scalars only; a void hook counts as true)
+//                                     the policy's scalars only; a void hook counts as true). A policy may
+//                                     also name the columns its hook rewrites (static advance_columns, field
+//                                     names): a true answer then saves only those columns with the scalars
 //   p.observation_is_valid(view, mass) const noexcept -> bool: a fast check of the whole observation (length
 //                                     already checked); true promises that validate_mass and check_observation
 //                                     would both pass, false sends the evictor to them (to name the bad entry)

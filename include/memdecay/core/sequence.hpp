@@ -159,6 +159,11 @@ class basic_sequence {
     if constexpr (advancing_policy<policy_type>) {
       if constexpr (std::same_as<decltype(policy_.on_advance(view())), bool>) {
         columns_changed = policy_.on_advance(view());
+        // A policy that names the columns its hook rewrites (advance_columns) keeps them out of the content.
+        if constexpr (requires { policy_type::advance_columns; }) {
+          if (columns_changed) advance_columns_at_ = state_.generation();
+          columns_changed = false;
+        }
       } else {
         policy_.on_advance(view());
         columns_changed = true;  // a hook that does not say may have changed anything
@@ -166,6 +171,9 @@ class basic_sequence {
     }
     note_clock_move(before, columns_changed);
   }
+  /// The generation of the last advance_to whose hook rewrote the policy's advance_columns (0 if none): an
+  /// incremental manager snapshot then saves those columns with the scalars.
+  [[nodiscard]] std::uint64_t advance_columns_generation() const noexcept { return advance_columns_at_; }
   /// The generation of the last change other than a move of the clock that left every per-token column as it was
   /// (an advance_to without an exp-free rebase). Equal content generations and different generations mean that
   /// only the clock and the policy's scalars moved: an incremental manager snapshot (io/manager_snapshot.hpp) then
@@ -371,6 +379,7 @@ class basic_sequence {
   detail::manager_mark mark_;
   std::uint64_t clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the generation of the last clock move
   std::uint64_t content_before_clock_ = 0;  // the generation before the run of clock moves that ends there
+  std::uint64_t advance_columns_at_ = 0;    // advance_columns_generation()
 };
 
 /// The layout of a MemDecay sequence with its policy's clocks and EWMA beside it: the form the scalar reference

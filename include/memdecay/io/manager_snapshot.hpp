@@ -15,7 +15,8 @@
 // one record per open sequence, ascending ids. A record is the sequence's own snapshot (io/snapshot.hpp), or, in
 // an incremental snapshot, "unchanged" (the sequence is as the previous snapshot saved it), or a clock record: the
 // sequence changed only by advance_to (its content_generation() did not move), so the record holds its clock, its
-// generation and its policy's scalars, a few dozen bytes instead of ~17 per token. Between two checkpoints of a
+// generation and its policy's scalars, a few hundred bytes instead of ~17 per token (a rebased record adds the
+// columns the policy's on_advance rewrote: MemDecay's exp-free weights, 4 bytes per token). Between two checkpoints of a
 // serving engine most sequences are waiting or preempted: their clocks move, nothing else does.
 //
 // Like a sequence snapshot it holds state, not configuration: load asks the engine for each sequence's config
@@ -65,6 +66,7 @@ enum class record_kind : std::uint8_t {
   full = 0,       ///< the sequence's own snapshot
   clock = 1,      ///< only its clock, generation and policy scalars moved since the previous snapshot
   unchanged = 2,  ///< exactly as the previous snapshot saved it
+  rebased = 3,    ///< a clock record with the columns the policy's on_advance rewrote (MemDecay: a rebase)
 };
 
 /// What an incremental save compares with: the sequences of one manager as its last save (with this checkpoint)
@@ -136,7 +138,8 @@ struct manager_snapshot_access {
         if (previous->generation == seq.generation())
           kind = snapshot::record_kind::unchanged;
         else if (previous->content_generation == seq.content_generation())
-          kind = snapshot::record_kind::clock;
+          kind = seq.advance_columns_generation() > previous->generation ? snapshot::record_kind::rebased
+                                                                         : snapshot::record_kind::clock;
       }
       w.put(key);
       w.put(static_cast<std::uint8_t>(kind));
@@ -152,8 +155,8 @@ struct manager_snapshot_access {
         w.put(std::uint64_t{0});
         snapshot_access::save_into(seq, w);
         put_le(w.bytes(), length_at, static_cast<std::uint64_t>(w.bytes().size() - length_at - 8));
-      } else if (kind == snapshot::record_kind::clock) {
-        snapshot_access::save_clock(seq, w);
+      } else if (kind != snapshot::record_kind::unchanged) {
+        snapshot_access::save_clock(seq, w, kind == snapshot::record_kind::rebased);
       }
       marks.push_back({key, e.serial, seq.generation(), seq.content_generation()});
     }
@@ -227,9 +230,9 @@ struct manager_snapshot_access {
 #endif
       for (std::size_t j = k + 1; j < elements.size(); ++j) {
         const entry& later = *find(elements[j], e.key);
-        if (later.kind != snapshot::record_kind::clock) continue;
+        if (later.kind == snapshot::record_kind::unchanged) continue;
         snapshot_reader r(later.record, later.record_at);
-        snapshot_access::load_clock(*seq, r);
+        snapshot_access::load_clock(*seq, r, later.kind == snapshot::record_kind::rebased);
         if (r.left() != 0) fail(elements[j].where, r.offset(), "clock record", who + ": bytes after its fields");
       }
       // The layout is known: the page flags must name resident pages.
@@ -417,14 +420,17 @@ struct manager_snapshot_access {
       if (s > 0 && e.key <= out.entries.back().key) fail(where, record_at, "sequence id", "ids must ascend");
       const std::string who = "sequence " + to_text(sid);
       const auto record = r.get<std::uint8_t>("record kind");
-      if (record > 2 || (kind == 0 && record != 0))
+      if (record > 3 || (kind == 0 && record != 0))
         fail(where, at() - 1, "record kind",
              who + ": " + to_text(record) +
-                 (kind == 0 ? " in a full snapshot (only 0)" : " (0 full, 1 clock, 2 unchanged)"));
+                 (kind == 0 ? " in a full snapshot (only 0)" : " (0 full, 1 clock, 2 unchanged, 3 rebased)"));
       e.kind = static_cast<snapshot::record_kind>(record);
       if (e.kind != snapshot::record_kind::full && (!previous || !find(*previous, e.key)))
         fail(where, record_at, "record kind",
-             who + " has a " + (record == 1 ? "clock" : "unchanged") +
+             who + " has a " +
+                 (record == 2   ? "unchanged"
+                  : record == 1 ? "clock"
+                                : "rebased") +
                  " record, but the previous snapshot does not hold it");
       e.protected_at = at();
       const auto protected_count = r.get<std::uint64_t>("protected count");
@@ -456,7 +462,7 @@ struct manager_snapshot_access {
         e.record_at = at();
         e.record = body.subspan(e.record_at - payload_at, static_cast<std::size_t>(length));
         r.skip(static_cast<std::size_t>(length), "record");
-      } else if (e.kind == snapshot::record_kind::clock) {
+      } else if (e.kind != snapshot::record_kind::unchanged) {  // clock or rebased: the same layout
         e.record_at = at();
         (void)r.get<step_t>("sequence now");
         (void)r.get<std::uint64_t>("sequence generation");

@@ -505,28 +505,32 @@ struct snapshot_access {
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
     target.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the loaded generation is a content one
+    target.advance_columns_at_ = 0;
   }
 
   // --- the clock record of an incremental manager snapshot (io/manager_snapshot.hpp) ---
   // A sequence whose content_generation() did not move since the last snapshot differs from the saved one only in
   // its clock, its generation and its policy's scalars: the record holds those (the policy's parameters and values,
   // no columns).
+  // With `advance_columns`, also the columns the policy's on_advance rewrites (P::advance_columns; MemDecay's
+  // exp-free weights after a rebase): the record of a sequence that only advanced, and rebased.
   template <class Seq>
-  static void save_clock(const Seq& seq, snapshot_writer& w) {
+  static void save_clock(const Seq& seq, snapshot_writer& w, bool advance_columns = false) {
     using P = typename Seq::policy_type;
     w.put(seq.state_.now_);
     w.put(seq.state_.generation_);
     const std::size_t count_at = w.bytes().size();
     w.put(std::uint32_t{0});
     const std::uint32_t before = w.fields();
-    scalars_only<snapshot_writer> f(w);
+    scalars_only<snapshot_writer> f(w, advance_columns ? advance_columns_of<P>() : std::span<const std::string_view>{});
     const_cast<P&>(seq.policy_).snapshot_fields(f);
     put_le(w.bytes(), count_at, w.fields() - before);
   }
   /// Applies a clock record to `seq` (the sequence it was saved against). Leaves `seq` half-updated when it throws:
   /// the caller loads into a sequence it discards on error.
   template <class Seq>
-  static void load_clock(Seq& seq, snapshot_reader& r) {
+  static void load_clock(Seq& seq, snapshot_reader& r, bool advance_columns = false) {
+    using P = typename Seq::policy_type;
     const auto now = r.get<step_t>("sequence now");
     if (now < seq.state_.now_)
       r.fail("sequence now", "step " + to_text(now) + " is before the previous snapshot's " + to_text(seq.state_.now_));
@@ -539,11 +543,21 @@ struct snapshot_access {
     r.set_layout(seq.state_.kv_len(), seq.state_.num_pages());
     seq.state_.now_ = now;
     seq.state_.generation_ = generation;
-    scalars_only<snapshot_reader> f(r);
+    scalars_only<snapshot_reader> f(r, advance_columns ? advance_columns_of<P>() : std::span<const std::string_view>{});
     seq.policy_.snapshot_fields(f);
     if (r.fields() - before != fields)
       r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields() - before) + " read");
     seq.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();
+    seq.advance_columns_at_ = 0;
+  }
+
+  /// The columns P's on_advance may rewrite (empty for a policy that does not declare them).
+  template <class P>
+  static std::span<const std::string_view> advance_columns_of() noexcept {
+    if constexpr (requires { P::advance_columns; })
+      return std::span<const std::string_view>(P::advance_columns);
+    else
+      return {};
   }
 
  private:
@@ -552,7 +566,8 @@ struct snapshot_access {
   struct scalars_only {
     static constexpr bool loading = Fields::loading;
     Fields& f;
-    explicit scalars_only(Fields& fields) : f(fields) {}
+    std::span<const std::string_view> columns;  // the columns that are in the record too
+    scalars_only(Fields& fields, std::span<const std::string_view> kept) : f(fields), columns(kept) {}
     [[nodiscard]] std::size_t kv_len() const noexcept { return f.kv_len(); }
     [[nodiscard]] std::size_t num_pages() const noexcept { return f.num_pages(); }
     [[noreturn]] void fail(const std::string& field, const std::string& what) const { f.fail(field, what); }
@@ -569,9 +584,13 @@ struct snapshot_access {
       f.param_list(name, v);
     }
     template <class T>
-    void column(std::string_view, std::vector<T>&, std::size_t) noexcept {}
+    void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
+      if (std::find(columns.begin(), columns.end(), name) != columns.end()) f.column(name, v, expected);
+    }
     template <class T>
-    void column_with_infinities(std::string_view, std::vector<T>&, std::size_t) noexcept {}
+    void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t expected) {
+      if (std::find(columns.begin(), columns.end(), name) != columns.end()) f.column_with_infinities(name, v, expected);
+    }
   };
 };
 

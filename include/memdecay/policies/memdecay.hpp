@@ -32,6 +32,7 @@
 #define MEMDECAY_POLICIES_MEMDECAY_HPP
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -142,6 +143,8 @@ class memdecay {
   }
   /// The clock moved to view.now (basic_sequence::advance_to): the exp-free factors follow, rebasing the
   /// weights when the clock has run floor(40 / max lambda_r) steps past the epoch.
+  /// The only column on_advance rewrites (on a rebase): an incremental manager snapshot saves it with the scalars.
+  static constexpr std::array<std::string_view, 1> advance_columns = {"weights"};
   /// Returns whether a per-token column changed (the exp-free weights, on a rebase); otherwise only scalars did.
   bool on_advance(const sequence_view& view) noexcept {
     scores_valid_ = false;
