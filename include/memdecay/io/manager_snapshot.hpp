@@ -34,10 +34,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <initializer_list>
-#include <iterator>
-#include <map>
 #include <memory>
 #include <ranges>
 #include <span>

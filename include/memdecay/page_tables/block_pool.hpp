@@ -182,7 +182,7 @@ class block_pool {
     std::vector<page_removal<PageId>> out(batch.size());
     std::vector<entry*> entries;
     entries.reserve(batch.size());
-    std::map<PageId, std::size_t> dropped;  // references this batch drops, per block it touches
+    std::map<PageId, std::size_t> dropped;  // references this batch drops, per shared block it touches
     for (std::size_t b = 0; b < batch.size(); ++b) {
       entry& e = find(batch[b].seq);
       entries.push_back(&e);
@@ -192,7 +192,9 @@ class block_pool {
       for (std::size_t p : batch[b].pages) {
         const PageId id = e.blocks[p];
         o.removed.push_back(id);
-        if (refs_[static_cast<std::size_t>(id)] == ++dropped[id]) o.freed->push_back(id);
+        // A private block (the common case) is freed by its one holder; only a shared one needs the count.
+        const std::size_t refs = refs_[static_cast<std::size_t>(id)];
+        if (refs == 1 || refs == ++dropped[id]) o.freed->push_back(id);
       }
       o.slots = block_slots(std::span<const PageId>(o.removed), page_size_);
     }

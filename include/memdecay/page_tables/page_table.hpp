@@ -166,6 +166,19 @@ void check_batch_names_each_once(std::span<const sequence_pages<SequenceId>> bat
     detail::raise_usage("remove_pages_of: sequence " + detail::to_text(*dup) + " is named twice");
 }
 
+/// remove_pages_of for a table whose removal splits into reading its result (`removal_of(seq, pages)`: may
+/// allocate, changes nothing) and applying it (`apply(seq, pages)`: cannot fail): every entry's result first, then
+/// every change, so a batch is all or nothing. The batch is already checked.
+template <class Removal, class SequenceId, class RemovalOf, class Apply>
+std::vector<Removal> remove_pages_in_two_phases(std::span<const sequence_pages<SequenceId>> batch,
+                                                RemovalOf&& removal_of, Apply&& apply) {
+  std::vector<Removal> out;
+  out.reserve(batch.size());
+  for (const auto& b : batch) out.push_back(removal_of(b.seq, b.pages));
+  for (const auto& b : batch) apply(b.seq, b.pages);
+  return out;
+}
+
 /// Compacts `entries` in place by dropping the logical pages `pages` (strictly ascending, already checked), each
 /// `stride` entries wide, keeping the order of the rest. Returns the new number of entries. Entries past it keep
 /// whatever they held. Shared by the adapters, whose arrays differ only in what one page's entries are.

@@ -153,11 +153,9 @@ class vllm_block_table {
   /// the first row changes.
   std::vector<page_removal<page_id>> remove_pages_of(std::span<const sequence_pages<sequence_id>> batch) {
     check_remove_pages_of(batch);
-    std::vector<page_removal<page_id>> out;
-    out.reserve(batch.size());
-    for (const auto& b : batch) out.push_back(removal_of(b.seq, b.pages));
-    for (const auto& b : batch) apply_removal(b.seq, b.pages);
-    return out;
+    return remove_pages_in_two_phases<page_removal<page_id>>(
+        batch, [this](sequence_id r, std::span<const std::size_t> pages) { return removal_of(r, pages); },
+        [this](sequence_id r, std::span<const std::size_t> pages) noexcept { apply_removal(r, pages); });
   }
 
  private:
