@@ -83,6 +83,17 @@ class sequence_handle {
   [[nodiscard]] virtual md::step_t now() const = 0;
   [[nodiscard]] virtual std::uint64_t generation() const = 0;
   [[nodiscard]] virtual std::uint64_t digest() const = 0;
+  // Page digests and the attention-free signal (core/sequence.hpp, digests/).
+  virtual void enable_digests(const md::digest_layout& layout) = 0;
+  virtual void disable_digests() = 0;
+  [[nodiscard]] virtual const md::page_digests* digests() const = 0;  ///< null without digests
+  virtual void set_page_digest(std::size_t page, std::span<const float> lo, std::span<const float> hi) = 0;
+  virtual void set_page_mean_key(std::size_t page, std::span<const float> mean) = 0;
+  virtual void set_page_keys(std::size_t page, std::span<const float> keys) = 0;
+  virtual void query_page_bounds(std::span<const float> query, std::span<float> out) const = 0;
+  virtual std::size_t observe_query(std::span<const float> query, md::query_signal how, double total) = 0;
+  [[nodiscard]] virtual std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
+                                                                    double total) const = 0;
   [[nodiscard]] virtual std::vector<std::uint64_t> positions() const = 0;
   [[nodiscard]] virtual std::vector<md::region_id> labels() const = 0;
   [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary() const = 0;
@@ -182,6 +193,28 @@ class handle_impl final : public sequence_handle {
   [[nodiscard]] md::step_t now() const override { return get().now(); }
   [[nodiscard]] std::uint64_t generation() const override { return get().generation(); }
   [[nodiscard]] std::uint64_t digest() const override { return get().digest(); }
+  void enable_digests(const md::digest_layout& layout) override { get().enable_digests(layout); }
+  void disable_digests() override { get().disable_digests(); }
+  [[nodiscard]] const md::page_digests* digests() const override {
+    return get().has_digests() ? &get().digests() : nullptr;
+  }
+  void set_page_digest(std::size_t page, std::span<const float> lo, std::span<const float> hi) override {
+    get().set_page_digest(page, lo, hi);
+  }
+  void set_page_mean_key(std::size_t page, std::span<const float> mean) override {
+    get().set_page_mean_key(page, mean);
+  }
+  void set_page_keys(std::size_t page, std::span<const float> keys) override { get().set_page_keys(page, keys); }
+  void query_page_bounds(std::span<const float> query, std::span<float> out) const override {
+    get().query_page_bounds(query, out);
+  }
+  std::size_t observe_query(std::span<const float> query, md::query_signal how, double total) override {
+    return get().observe_query(query, how, total);
+  }
+  [[nodiscard]] std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
+                                                            double total) const override {
+    return get().estimate_query_attention(query, how, total);
+  }
   [[nodiscard]] std::vector<std::uint64_t> positions() const override { return get().positions(); }
   [[nodiscard]] std::vector<md::region_id> labels() const override {
     const auto l = get().state().regions();

@@ -94,6 +94,56 @@ memdecay_status memdecay_sequence_observe_pages(memdecay_sequence* sequence, con
                      [&](sequence_handle& s) { set_if(refreshed, s.observe_pages(array_of(mass, count, "mass"))); });
 }
 
+memdecay_status memdecay_sequence_enable_digests(memdecay_sequence* sequence, size_t kv_heads, size_t head_dim,
+                                                 size_t query_heads, memdecay_digest_kind kind,
+                                                 memdecay_digest_storage storage, double scale) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    if (kind != MEMDECAY_DIGEST_MIN_MAX && kind != MEMDECAY_DIGEST_MEAN_KEY)
+      raise(MEMDECAY_INVALID_ARGUMENT, "kind = " + std::to_string(static_cast<int>(kind)) +
+                                           " (MEMDECAY_DIGEST_MIN_MAX or MEMDECAY_DIGEST_MEAN_KEY)");
+    if (storage != MEMDECAY_DIGEST_F32 && storage != MEMDECAY_DIGEST_F16 && storage != MEMDECAY_DIGEST_BF16)
+      raise(MEMDECAY_INVALID_ARGUMENT,
+            "storage = " + std::to_string(static_cast<int>(storage)) + " (MEMDECAY_DIGEST_F32, _F16 or _BF16)");
+    s.enable_digests({.kv_heads = kv_heads,
+                      .head_dim = head_dim,
+                      .query_heads = query_heads,
+                      .kind = static_cast<md::digest_kind>(kind),
+                      .storage = static_cast<md::digest_storage>(storage),
+                      .scale = scale});
+  });
+}
+
+memdecay_status memdecay_sequence_set_page_digest(memdecay_sequence* sequence, size_t page, const float* lo,
+                                                  const float* hi, size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    s.set_page_digest(page, array_of(lo, count, "lo"), array_of(hi, count, "hi"));
+  });
+}
+
+memdecay_status memdecay_sequence_set_page_keys(memdecay_sequence* sequence, size_t page, const float* keys,
+                                                size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.set_page_keys(page, array_of(keys, count, "keys")); });
+}
+
+memdecay_status memdecay_sequence_page_bounds(const memdecay_sequence* sequence, const float* query, size_t query_count,
+                                              float* out, size_t out_count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    array_of(out, out_count, "out");
+    s.query_page_bounds(array_of(query, query_count, "query"), {out, out_count});
+  });
+}
+
+memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query, size_t query_count,
+                                                memdecay_query_signal signal, double total, size_t* refreshed) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    if (signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX && signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS)
+      raise(MEMDECAY_INVALID_ARGUMENT, "signal = " + std::to_string(static_cast<int>(signal)) +
+                                           " (MEMDECAY_SIGNAL_BOUND_SOFTMAX or _BOUND_SOFTMAX_TOKENS)");
+    set_if(refreshed,
+           s.observe_query(array_of(query, query_count, "query"), static_cast<md::query_signal>(signal), total));
+  });
+}
+
 memdecay_status memdecay_sequence_observe_heads(memdecay_sequence* sequence, const float* mass, size_t heads,
                                                 size_t tokens, memdecay_head_reduction how, size_t* refreshed) {
   return on_sequence(sequence, [&](sequence_handle& s) {

@@ -226,6 +226,52 @@ static void test_sequence_errors_change_nothing(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* Page digests and the attention-free signal: bad input changes nothing; bounds and observe_query work. */
+static void test_digests(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  float keys[16 * 2 * 4], lo[8], hi[8], query[16], bounds[4 * 16];
+  uint64_t before;
+  size_t i, p, refreshed = 0;
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16 */
+  CHECK_FAILS(memdecay_sequence_observe_query(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0, NULL),
+              MEMDECAY_USAGE_ERROR, "enable_digests");
+  CHECK_FAILS(memdecay_sequence_enable_digests(seq, 2, 4, 3, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F16, 0.0),
+              MEMDECAY_CONFIG_ERROR, "query_heads");
+  CHECK_FAILS(memdecay_sequence_enable_digests(seq, 2, 4, 4, (memdecay_digest_kind)7, MEMDECAY_DIGEST_F16, 0.0),
+              MEMDECAY_INVALID_ARGUMENT, "kind");
+  CHECK_OK(memdecay_sequence_enable_digests(seq, 2, 4, 4, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F16, 0.0));
+  for (p = 0; p < 16; ++p) {
+    for (i = 0; i < 16 * 2 * 4; ++i) keys[i] = (float)((i * 7 + p * 13) % 17) / 8.0f - 1.0f;
+    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 16 * 2 * 4));
+  }
+  for (i = 0; i < 16; ++i) query[i] = (float)(i % 5) - 2.0f;
+  before = digest_of(seq);
+  for (i = 0; i < 8; ++i) {
+    lo[i] = 1.0f;
+    hi[i] = 0.0f;
+  }
+  CHECK_FAILS(memdecay_sequence_set_page_digest(seq, 0, lo, hi, 8), MEMDECAY_INPUT_ERROR, "exceeds hi");
+  CHECK_FAILS(memdecay_sequence_set_page_keys(seq, 0, keys, 7), MEMDECAY_INPUT_ERROR, "multiple");
+  CHECK_FAILS(memdecay_sequence_set_page_keys(seq, 99, keys, 8), MEMDECAY_INPUT_ERROR, "page 99");
+  CHECK_FAILS(memdecay_sequence_page_bounds(seq, query, 15, bounds, 64), MEMDECAY_INPUT_ERROR, "query has 15");
+  CHECK_FAILS(memdecay_sequence_observe_query(seq, query, 16, (memdecay_query_signal)4, 1.0, NULL),
+              MEMDECAY_INVALID_ARGUMENT, "signal");
+  query[3] = NAN;
+  CHECK_FAILS(memdecay_sequence_observe_query(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0, NULL),
+              MEMDECAY_INPUT_ERROR, "query[3]");
+  query[3] = 1.0f;
+  CHECK(digest_of(seq) == before);
+  CHECK_OK(memdecay_sequence_page_bounds(seq, query, 16, bounds, 64));
+  for (i = 0; i < 64; ++i) CHECK(isfinite(bounds[i]));
+  CHECK_OK(memdecay_sequence_advance_to(seq, 11));
+  CHECK_OK(memdecay_sequence_observe_query(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS, 4.0, &refreshed));
+  CHECK(digest_of(seq) != before);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 struct removal_log {
   size_t calls;
   size_t pages[64];
@@ -627,6 +673,7 @@ int main(int argc, char** argv) {
   test_config();
   test_policies_and_params();
   test_sequence_errors_change_nothing();
+  test_digests();
   test_commits();
   test_snapshots();
   test_tables();

@@ -22,6 +22,27 @@ std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const 
   return memdecay_bindings::make_sequence(policy, cfg, source);
 }
 
+namespace {
+// Any float array (any shape) as contiguous float32 values: the caller's memory when it already is, one copy
+// otherwise; ValueError naming `name` for what NumPy cannot make floats of.
+py::array_t<float> float_values(const py::handle& obj, const char* name) {
+  py::object np = py::module_::import("numpy");
+  py::array a;
+  try {
+    a = np.attr("ascontiguousarray")(obj, py::arg("dtype") = "float32").cast<py::array>();
+  } catch (const py::error_already_set& e) {
+    raise_argument(name, std::string("not an array of floats (") + e.what() + ")");
+  }
+  return py::reinterpret_borrow<py::array_t<float>>(a);
+}
+md::query_signal signal_of(const std::string& name) {
+  if (name == "bound_softmax") return md::query_signal::bound_softmax;
+  if (name == "bound_softmax_tokens") return md::query_signal::bound_softmax_tokens;
+  raise_argument("signal", "'" + name + "' (bound_softmax or bound_softmax_tokens)");
+}
+std::span<const float> values_of(const py::array_t<float>& a) { return {a.data(), static_cast<std::size_t>(a.size())}; }
+}  // namespace
+
 void bind_sequence(py::module_& m) {
   m.attr("POLICIES") = policy_names();
 
@@ -134,6 +155,98 @@ void bind_sequence(py::module_& m) {
                                    r);
           },
           py::arg("heads_by_tokens"), py::arg("how") = "sum", "A heads x tokens matrix, reduced by sum or mean.")
+      .def(
+          "enable_digests",
+          [](H& s, std::size_t kv_heads, std::size_t head_dim, std::size_t query_heads, const std::string& kind,
+             const std::string& storage, double scale) {
+            md::digest_layout l{.kv_heads = kv_heads, .head_dim = head_dim, .query_heads = query_heads, .scale = scale};
+            if (kind == "min_max")
+              l.kind = md::digest_kind::min_max;
+            else if (kind == "mean_key")
+              l.kind = md::digest_kind::mean_key;
+            else
+              raise_argument("kind", "'" + kind + "' (min_max or mean_key)");
+            if (storage == "f32")
+              l.storage = md::digest_storage::f32;
+            else if (storage == "f16")
+              l.storage = md::digest_storage::f16;
+            else if (storage == "bf16")
+              l.storage = md::digest_storage::bf16;
+            else
+              raise_argument("storage", "'" + storage + "' (f32, f16 or bf16)");
+            s.enable_digests(l);
+          },
+          py::arg("kv_heads"), py::arg("head_dim"), py::arg("query_heads") = 0, py::arg("kind") = "min_max",
+          py::arg("storage") = "f32", py::arg("scale") = 0.0,
+          "Keeps a key digest per page (Quest's per-channel min/max, or the mean key) so that observe_query can "
+          "stand in for attention. query_heads 0 = kv_heads; scale 0 = 1/sqrt(head_dim). ConfigError naming the "
+          "field for an invalid layout.")
+      .def("disable_digests", &H::disable_digests, "Stops keeping page digests (and forgets them).")
+      .def_property_readonly("has_digests", [](const H& s) { return s.digests() != nullptr; })
+      .def_property_readonly(
+          "digest_bytes_per_page",
+          [](const H& s) -> py::object {
+            const auto* d = s.digests();
+            return d ? py::cast(d->layout().bytes_per_page()) : py::none();
+          },
+          "Bytes one page's digest takes (None without digests).")
+      .def(
+          "pages_with_digest", [](const H& s) { return s.digests() ? s.digests()->pages_with_digest() : 0; },
+          "Pages that have a digest now.")
+      .def(
+          "set_page_digest",
+          [](H& s, std::size_t page, const py::object& lo, const py::object& hi) {
+            const auto a = float_values(lo, "lo"), b = float_values(hi, "hi");
+            s.set_page_digest(page, values_of(a), values_of(b));
+          },
+          py::arg("page"), py::arg("lo"), py::arg("hi"),
+          "Page `page`'s min/max digest: per-channel minimum and maximum of its keys, kv_heads x head_dim each.")
+      .def(
+          "set_page_mean_key",
+          [](H& s, std::size_t page, const py::object& mean) {
+            const auto a = float_values(mean, "mean");
+            s.set_page_mean_key(page, values_of(a));
+          },
+          py::arg("page"), py::arg("mean"), "Page `page`'s mean-key digest (kv_heads x head_dim).")
+      .def(
+          "set_page_keys",
+          [](H& s, std::size_t page, const py::object& keys) {
+            const auto a = float_values(keys, "keys");
+            s.set_page_keys(page, values_of(a));
+          },
+          py::arg("page"), py::arg("keys"),
+          "Computes page `page`'s digest from its keys (tokens x kv_heads x head_dim, any shape of that size).")
+      .def(
+          "page_bounds",
+          [](const H& s, const py::object& query) {
+            const auto q = float_values(query, "query");
+            const auto* d = s.digests();
+            const std::size_t heads = d ? d->layout().effective_query_heads() : 0, pages = s.num_pages();
+            py::array_t<float> out({static_cast<py::ssize_t>(heads), static_cast<py::ssize_t>(pages)});
+            s.query_page_bounds(values_of(q), {out.mutable_data(), heads * pages});
+            return out;
+          },
+          py::arg("query"),
+          "Each query head's logit bound on each page (query_heads x num_pages; inf for a page without a digest).")
+      .def(
+          "observe_query",
+          [](H& s, const py::object& query, const std::string& signal, double total) {
+            const auto q = float_values(query, "query");
+            const auto how = signal_of(signal);
+            py::gil_scoped_release release;
+            return s.observe_query(values_of(q), how, total);
+          },
+          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0,
+          "Observes the attention estimated from the query (query_heads x head_dim) and the page digests, for "
+          "engines that never materialise attention; returns the tokens refreshed.")
+      .def(
+          "estimate_query_attention",
+          [](const H& s, const py::object& query, const std::string& signal, double total) {
+            const auto q = float_values(query, "query");
+            return to_numpy(s.estimate_query_attention(values_of(q), signal_of(signal), total));
+          },
+          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0,
+          "The per-page attention observe_query would observe (num_pages entries summing to total).")
       .def(
           "select",
           [](const H& s, std::size_t k, const py::object& protect) {

@@ -195,6 +195,8 @@ class harness {
         default:
           if (in.flip(3))
             op_snapshot(in);
+          else if (in.flip(3))
+            op_digests(in);
           else
             op_queries(in);
           break;
@@ -737,6 +739,88 @@ class harness {
     const outcome got2 = run_call([&] { seq_.page_scores(std::span<Float>(out)); });
     expect(got2, out.size() == m_.num_pages() ? outcome::ok : outcome::input_error, "page_scores(out)");
     FUZZ_CHECK(snap() == before, "a const call changed the state");
+  }
+
+  /// Page digests and the attention-free signal within one call: enable a random layout, digest some pages from
+  /// keys (good, non-finite or beyond the storage's range), then observe a query (right or wrong length, or
+  /// non-finite), which must be exactly observe_pages of estimate_query_attention for the model; finally disable
+  /// the digests again (they are outside the model, and snapshots refuse them).
+  void op_digests(reader& in) {
+    const std::size_t kv = 1 + in.u8() % 2, dim = 1 + in.u8() % 5, group = 1 + in.u8() % 2;
+    const auto storage = static_cast<memdecay::digest_storage>(in.u8() % 3);
+    const auto kind = in.flip(4) ? memdecay::digest_kind::mean_key : memdecay::digest_kind::min_max;
+    seq_.enable_digests({.kv_heads = kv, .head_dim = dim, .query_heads = kv * group, .kind = kind, .storage = storage});
+    FUZZ_CHECK(seq_.digests().num_pages() == seq_.num_pages(), "digests for every page");
+    const float values[] = {0.0f,
+                            1.0f,
+                            -2.5f,
+                            0.125f,
+                            1e5f,
+                            -1e5f,
+                            65504.0f,
+                            3.4e38f,
+                            -3.4e38f,
+                            1e-8f,
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity()};
+    const std::size_t row = kv * dim;
+    for (std::size_t p = 0; p < seq_.num_pages() && p < 8; ++p) {
+      if (!in.flip(2)) continue;
+      std::vector<float> keys(row * (1 + in.u8() % 3));
+      for (auto& k : keys)
+        k = in.flip(3) ? in.pick(values) : static_cast<float>(static_cast<std::int8_t>(in.u8())) / 16;
+      if (in.flip(16)) keys.pop_back();  // a length that is not whole tokens
+      // Rejected: a wrong length, a non-finite key, or one beyond the storage's range. A mean-key digest can also
+      // overflow to infinity in f16 (the mean of 1e5 and 1e5) and is checked the same way.
+      bool ok = !keys.empty() && keys.size() % row == 0;
+      const double limit = storage == memdecay::digest_storage::f16    ? 65504.0
+                           : storage == memdecay::digest_storage::bf16 ? 3.3895313892515355e38
+                                                                       : std::numeric_limits<double>::infinity();
+      for (float k : keys) ok = ok && std::isfinite(k) && std::abs(double{k}) <= limit;
+      if (ok && kind == memdecay::digest_kind::mean_key && storage != memdecay::digest_storage::f32) {
+        const std::size_t tokens = keys.size() / row;
+        for (std::size_t i = 0; i < row && ok; ++i) {
+          double sum = 0;
+          for (std::size_t t = 0; t < tokens; ++t) sum += keys[t * row + i];
+          const float mean = static_cast<float>(sum / static_cast<double>(tokens));
+          const auto fmt =
+              storage == memdecay::digest_storage::f16 ? memdecay::half_format::f16 : memdecay::half_format::bf16;
+          ok = std::isfinite(memdecay::simd::half_to_float(memdecay::simd::float_to_half(mean, fmt), fmt));
+        }
+      }
+      const std::uint64_t before = seq_.digest();
+      const outcome got = run_call([&] { seq_.set_page_keys(p, keys); });
+      expect(got, ok ? outcome::ok : outcome::input_error, "set_page_keys(" + std::to_string(keys.size()) + ")");
+      if (got != outcome::ok) FUZZ_CHECK(seq_.digest() == before, "a rejected digest changed the sequence");
+      if (got == outcome::ok) FUZZ_CHECK(seq_.digests().has_digest(p), "a digest that was set is missing");
+    }
+    std::vector<float> query(kv * group * dim);
+    for (auto& q : query) q = static_cast<float>(static_cast<std::int8_t>(in.u8())) / 32;
+    if (in.flip(8)) query.push_back(1.0f);
+    if (!query.empty() && in.flip(8)) query[in.u8() % query.size()] = std::numeric_limits<float>::quiet_NaN();
+    bool query_ok = query.size() == kv * group * dim;
+    for (float q : query) query_ok = query_ok && std::isfinite(q);
+    const auto before = snap();
+    std::vector<Float> estimate;
+    const outcome estimated = run_call([&] { estimate = seq_.estimate_query_attention(query); });
+    expect(estimated, query_ok ? outcome::ok : outcome::input_error, "estimate_query_attention");
+    if (estimated == outcome::ok) {
+      double sum = 0;
+      for (Float m : estimate) {
+        FUZZ_CHECK(std::isfinite(m) && m >= 0, "an estimated page mass is negative or not finite");
+        sum += static_cast<double>(m);
+      }
+      if (!estimate.empty()) FUZZ_CHECK(std::abs(sum - 1.0) < 1e-3, "the estimate does not sum to 1");
+      const outcome want = m_.observe_pages(estimate);
+      const outcome got = run_call([&] { (void)seq_.observe_query(query); });
+      expect(got, want, "observe_query");
+      check_unchanged_if_rejected(got, before, "observe_query");
+    } else {
+      const outcome got = run_call([&] { (void)seq_.observe_query(query); });
+      expect(got, outcome::input_error, "observe_query of a bad query");
+      check_unchanged_if_rejected(got, before, "observe_query");
+    }
+    seq_.disable_digests();
   }
 
   /// save, then load: intact into a new sequence that replaces the fuzzed one (every later call is compared with

@@ -554,6 +554,41 @@ TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
   rec.check(m);
 }
 
+// The attention-free signal's inputs: the session's queries and page keys, stacked over layers. At page 1 with fp32
+// digests a page's bound is its token's logit, so for one-token steps the estimate is the measured attention: the
+// layer-summed row within float rounding (this also checks that queries and keys line up head for head).
+TEST(eval_engine_session, query_signal_at_page_one_is_the_measured_attention) {
+  const auto& m = model_at(random_tiny);
+  const auto tokens = episode_tokens(80);
+  namespace md = memdecay;
+  kv_session s(m, 1, 128);
+  md::sequence seq(md::config{.page_size = 1});
+  const std::size_t L = s.layers(), H = s.heads(), hd = s.head_dim(), d = H * hd;
+  seq.enable_digests({.kv_heads = L * H, .head_dim = hd});
+  s.append(std::span(tokens).first(40));
+  seq.append(md::regions::user, 40);
+  std::vector<float> keys;
+  for (std::size_t i = 40; i < tokens.size(); ++i) {
+    const auto r = s.append(std::span(tokens).subspan(i, 1));
+    seq.append(md::regions::user, 1);
+    for (std::size_t p = 0; p < seq.num_pages(); ++p)
+      if (!seq.digests().has_digest(p)) {
+        s.page_keys(p, keys);
+        ASSERT_EQ(keys.size(), L * d);
+        seq.set_page_keys(p, keys);
+      }
+    std::vector<float> query(L * d);
+    for (std::size_t l = 0; l < L; ++l) std::copy_n(r.layer_queries[l].data(), d, query.data() + l * d);
+    const auto estimate = seq.estimate_query_attention(query, md::query_signal::bound_softmax, double(L));
+    ASSERT_EQ(estimate.size(), i + 1);
+    for (std::size_t k = 0; k <= i; ++k) {
+      double exact = 0;
+      for (std::size_t l = 0; l < L; ++l) exact += r.layer_mass[l][k];
+      ASSERT_NEAR(estimate[k], exact, 1e-4) << "step " << i << " token " << k;
+    }
+  }
+}
+
 TEST(eval_engine_session, answer_leaves_the_session_bit_identical) {
   for (const auto& fx : fixtures()) {
     SCOPED_TRACE(fx.name);

@@ -9,9 +9,14 @@
 #ifndef MEMDECAY_TOOLS_COMMON_ANY_SEQUENCE_HPP
 #define MEMDECAY_TOOLS_COMMON_ANY_SEQUENCE_HPP
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
+#include <vector>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,6 +27,8 @@
 #include <memdecay/core/eviction.hpp>
 #include <memdecay/core/region.hpp>
 #include <memdecay/core/sequence_like.hpp>
+#include <memdecay/digests/page_digests.hpp>
+#include <memdecay/digests/query_signal.hpp>
 
 namespace memdecay_tools {
 
@@ -29,6 +36,29 @@ namespace memdecay_tools {
 struct page_terms {
   double decay = 0;
   double attention = 0;
+};
+
+/// One step's queries, for a policy driven by the attention-free signal (memdecay's observe_query) instead of the
+/// measured attention.
+struct query_step {
+  std::span<const float> queries;  ///< n x heads x head_dim: every query of the step, all layers' heads stacked
+  std::size_t n = 0, heads = 0, head_dim = 0;
+  /// Resident page `page`'s keys into the vector: tokens x heads x head_dim.
+  std::function<void(std::size_t page, std::vector<float>& keys)> page_keys;
+  std::span<const float> exact;  ///< the step's measured attention per resident token (to measure the estimate)
+  double total = 1;              ///< what `exact` sums to, and the estimate with it
+};
+/// How a policy turns queries into attention (memdecay's digests/query_signal.hpp), and its digests' storage.
+struct query_signal_options {
+  memdecay::query_signal how = memdecay::query_signal::bound_softmax;
+  memdecay::digest_storage storage = memdecay::digest_storage::f16;
+  bool last_query_only = false;  ///< estimate from the step's last query alone (what a decode step has)
+};
+/// How far the estimates were from the measured attention: the sum over steps of the total variation distance
+/// between the two per-page distributions (0: equal, 1: disjoint), and the steps.
+struct signal_error {
+  double tv_sum = 0;
+  std::uint64_t steps = 0;
 };
 
 /// The calls the tools make on a sequence, whatever its policy.
@@ -52,6 +82,20 @@ class any_sequence {
   virtual void commit(const plan_type& plan, pool_type& table, std::uint64_t sequence) = 0;
   /// The page's terms, for policies that explain their scores; empty otherwise.
   [[nodiscard]] virtual std::optional<page_terms> explain(std::size_t page) const = 0;
+  /// From now on the policy observes queries (observe_queries) instead of attention; std::logic_error for a
+  /// policy without page digests.
+  virtual void use_query_signal(const query_signal_options&) {
+    throw std::logic_error("this policy cannot observe queries (no page digests)");
+  }
+  [[nodiscard]] virtual bool observes_queries() const { return false; }
+  virtual void observe_queries(const query_step&) { throw std::logic_error("this policy does not observe queries"); }
+  [[nodiscard]] virtual signal_error signal_error_so_far() const { return {}; }
+  /// From now on observe(mass) sums the mass per page and observes it with observe_pages (each page's mass shared
+  /// evenly among its tokens), as an engine that reduces attention per page on the GPU would.
+  virtual void observe_per_page() { page_observation_ = true; }
+
+ protected:
+  bool page_observation_ = false;
 };
 
 /// any_sequence over one sequence type.
@@ -61,7 +105,16 @@ class erased_sequence final : public any_sequence {
  public:
   explicit erased_sequence(Sequence seq) : seq_(std::move(seq)) {}
   void append(memdecay::region_id region, std::size_t tokens) override { seq_.append(region, tokens); }
-  void observe(std::span<const float> mass) override { seq_.observe_tokens(mass); }
+  void observe(std::span<const float> mass) override {
+    if (!page_observation_) {
+      seq_.observe_tokens(mass);
+      return;
+    }
+    const std::size_t P = seq_.page_size();
+    mass_.assign(seq_.num_pages(), 0.0f);
+    for (std::size_t i = 0; i < mass.size(); ++i) mass_[std::min(i / P, mass_.size() - 1)] += mass[i];
+    seq_.observe_pages(std::span<const float>(mass_));
+  }
   void advance_to(memdecay::step_t step) override {
     if (step > seq_.now()) seq_.advance_to(step);
   }
@@ -86,8 +139,57 @@ class erased_sequence final : public any_sequence {
   }
   [[nodiscard]] const Sequence& sequence() const noexcept { return seq_; }
 
+  void use_query_signal(const query_signal_options& o) override {
+    if constexpr (has_digests) {
+      query_ = o;
+    } else {
+      any_sequence::use_query_signal(o);
+    }
+  }
+  [[nodiscard]] bool observes_queries() const override { return query_.has_value(); }
+  // Digests every page that has none (the partial page again each step: it grew), averages the estimate of each
+  // of the step's queries, observes it per page, and measures it against the exact attention when given.
+  void observe_queries(const query_step& q) override {
+    if constexpr (has_digests) {
+      if (!query_) any_sequence::observe_queries(q);
+      if (!seq_.has_digests())
+        seq_.enable_digests({.kv_heads = q.heads, .head_dim = q.head_dim, .storage = query_->storage});
+      for (std::size_t p = 0; p < seq_.num_pages(); ++p)
+        if (!seq_.digests().has_digest(p)) {
+          q.page_keys(p, keys_);
+          seq_.set_page_keys(p, keys_);
+        }
+      const std::size_t size = q.heads * q.head_dim, pages = seq_.num_pages();
+      mass_.assign(pages, 0.0f);
+      const std::size_t first = query_->last_query_only && q.n > 0 ? q.n - 1 : 0;
+      for (std::size_t t = first; t < q.n; ++t) {
+        const auto m = seq_.estimate_query_attention(q.queries.subspan(t * size, size), query_->how, q.total);
+        for (std::size_t p = 0; p < pages; ++p) mass_[p] += m[p] / static_cast<float>(q.n - first);
+      }
+      if (!q.exact.empty() && q.total > 0) {
+        double tv = 0;
+        const std::size_t P = seq_.page_size();
+        for (std::size_t p = 0; p < pages; ++p) {
+          double exact = 0;
+          for (std::size_t i = p * P; i < std::min(q.exact.size(), (p + 1) * P); ++i) exact += q.exact[i];
+          tv += std::abs(exact - static_cast<double>(mass_[p])) / q.total;
+        }
+        error_.tv_sum += tv / 2;
+        ++error_.steps;
+      }
+      seq_.observe_pages(std::span<const float>(mass_));
+    } else {
+      any_sequence::observe_queries(q);
+    }
+  }
+  [[nodiscard]] signal_error signal_error_so_far() const override { return error_; }
+
  private:
+  static constexpr bool has_digests = requires(Sequence & s, std::span<const float> q) { s.observe_query(q); };
   Sequence seq_;
+  std::optional<query_signal_options> query_;
+  std::vector<float> keys_, mass_;
+  signal_error error_;
 };
 
 /// `seq` behind the one interface.

@@ -144,6 +144,35 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
 }
 
 /// One policy run of one episode (from a fork of the full cache, or from scratch).
+// A policy on the attention-free signal sees the step's queries (every layer's heads stacked, as the session's
+// page_keys stacks the keys) instead of the attention; `exact` (the layer-summed row) only measures the estimate.
+template <class Session, class Step>
+void observe_queries(memdecay_tools::any_sequence& policy, const Session& session, const Step& r,
+                     const std::vector<float>& exact) {
+  if constexpr (requires(std::vector<float> & keys) {
+                  session.page_keys(std::size_t{}, keys);
+                  r.layer_queries;
+                }) {
+    const std::size_t L = r.layer_queries.size(), H = session.heads(), hd = session.head_dim(), d = H * hd;
+    const std::size_t n = L == 0 ? 0 : r.layer_queries[0].size() / d;
+    std::vector<float> stacked(n * L * d);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t l = 0; l < L; ++l)
+        std::copy_n(r.layer_queries[l].data() + t * d, d, stacked.data() + (t * L + l) * d);
+    memdecay_tools::query_step q;
+    q.queries = stacked;
+    q.n = n;
+    q.heads = L * H;
+    q.head_dim = hd;
+    q.page_keys = [&session](std::size_t page, std::vector<float>& keys) { session.page_keys(page, keys); };
+    q.exact = exact;
+    q.total = static_cast<double>(L);  // each layer's row sums to 1
+    policy.observe_queries(q);
+  } else {
+    throw std::runtime_error("this session gives no queries and keys: policies on the query signal cannot run");
+  }
+}
+
 template <class Session>
 run_result run_policy(const episode& ep, const schedule& sch, const episode_vocab& vocab,
                       const session_factory<Session>& make, const config_spec& spec, std::size_t budget_index,
@@ -220,7 +249,10 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     auto r = session.append(std::span<const std::int32_t>(ep.tokens.data() + st.first, st.count));
     hook(call_kind::session_append, i, st.count);
     sum_layers(r.layer_mass, policy->kv_len(), row);
-    policy->observe(row);
+    if (policy->observes_queries())
+      observe_queries(*policy, session, r, row);
+    else
+      policy->observe(row);
     hook(call_kind::policy_observe, i, row.size());
     policy->advance_to(static_cast<md::step_t>(i + 1));
     hook(call_kind::advance, i, i + 1);
@@ -255,6 +287,9 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
       count_probe(k, ok, alive);
     }
   }
+  const auto signal = policy->signal_error_so_far();
+  res.signal_tv_sum = signal.tv_sum;
+  res.signal_steps = signal.steps;
   return res;
 }
 
@@ -297,7 +332,9 @@ episode_outcome evaluate_episode(const episode& ep, const episode_vocab& vocab, 
   out.cells.reserve(configs.size() * s.budgets.size());
   for (const auto& c : configs)
     for (std::size_t b = 0; b < s.budgets.size(); ++b) {
-      const detail::full_run<Session>* from = fork ? &full.at(c.page_size) : nullptr;
+      // A policy on the query signal runs from the start: the full-cache run before the fork recorded attention,
+      // not the queries and keys it observes.
+      const detail::full_run<Session>* from = fork && !c.kind.observes_queries ? &full.at(c.page_size) : nullptr;
       out.cells.push_back(detail::run_policy(ep, sch, vocab, make, c, b, s, from, ceiling));
       if (progress) progress();
     }

@@ -278,8 +278,9 @@ int run(options& o) {
       for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform,
                         md::attention_normalization::lifetime, md::attention_normalization::zscore})
         if (mode_name == md::to_string(mode) &&
-            std::find(ev::ablation_variants().begin(), ev::ablation_variants().end(), variant) !=
-                ev::ablation_variants().end()) {
+            (std::find(ev::ablation_variants().begin(), ev::ablation_variants().end(), variant) !=
+                 ev::ablation_variants().end() ||
+             ev::is_query_signal_variant(variant) || ev::is_observation_variant(variant))) {
           found = true;
           if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == name; }))
             chosen.push_back(ev::memdecay_ablation(mode, variant, catalogue(o)));
@@ -298,7 +299,8 @@ int run(options& o) {
       throw std::runtime_error(
           "unknown policy '" + name + "' (known: all memdecay baselines" + names +
           ", any of them with -unpinned, memdecay-<mode>+<ablation> with ablation prior-only, attention-only, "
-          "no-refresh or recent-half)");
+          "no-refresh, recent-half, page-max or page-mass, memdecay-<mode>+query or +query-tokens (the attention-free "
+          "signal))");
     }
   }
   std::vector<ev::config_spec> configs;
@@ -494,6 +496,18 @@ int run(options& o) {
            << frac(pin.recalled, pin.probes) << " | " << pct(unpin.recalled, unpin.probes) << " | "
            << r.result->over_budget_steps << " |\n";
   }
+  bool any_signal = false;
+  for (const auto& r : rows) any_signal = any_signal || (r.result && r.result->signal_steps > 0);
+  if (any_signal) {
+    md_out << "\nAttention-free signal against the measured attention: mean total variation distance between the "
+              "estimated and the measured per-page attention (0 equal, 1 disjoint), over the steps it observed\n\n"
+              "| model | tier | budget | policy | page | steps | distance |\n|---|---|---:|---|---:|---:|---:|\n";
+    for (const auto& r : rows)
+      if (r.result && r.result->signal_steps > 0)
+        md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
+               << r.policy << " | " << r.page_size << " | " << r.result->signal_steps << " | "
+               << r.result->signal_tv_sum / static_cast<double>(r.result->signal_steps) << " |\n";
+  }
   md_out << "\nRecall per region of the fact\n\n| model | tier | budget | policy | page |";
   for (const auto& p : table.params()) md_out << " " << p.name << (p.pinned ? " (pinned)" : "") << " |";
   md_out << "\n|---|---|---:|---|---:|";
@@ -659,6 +673,10 @@ int run(options& o) {
       cell["budget_violations"] = x.budget_violations;
       cell["forked_steps"] = x.forked_steps;
       cell["max_resident"] = x.max_resident;
+      if (x.signal_steps > 0) {  // the attention-free signal against the measured attention
+        cell["signal_steps"] = x.signal_steps;
+        cell["signal_tv_mean"] = x.signal_tv_sum / static_cast<double>(x.signal_steps);
+      }
       cell["recall_ci95"] = r.ci ? json::array({r.ci->lower, r.ci->upper}) : json(nullptr);
       cell["oracle_recall"] = r.oracle_recall ? json(*r.oracle_recall) : json(nullptr);
       json per = json::array();  // per episode: probes, recalled, survived (the bootstrap's input)

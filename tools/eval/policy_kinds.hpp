@@ -7,6 +7,7 @@
 #define MEMDECAY_TOOLS_EVAL_POLICY_KINDS_HPP
 
 #include <cstddef>
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -32,6 +33,7 @@ struct policy_kind {
   std::string description;
   std::function<std::unique_ptr<memdecay_tools::any_sequence>(const md::config&)> make;
   bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
+  bool observes_queries = false;  ///< on the attention-free signal: sees the step's queries, not its attention
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -70,13 +72,62 @@ inline std::vector<policy_kind> all_policy_kinds(const memdecay_options& m, cons
 ///   recent-half     protection.recent_fraction = 0.5: the pages holding the last half of the budget's tokens
 ///                   kept, as H2O keeps its recent window;
 ///   page-max        a page scores its best token instead of the mean of its tokens.
+///   page-mass       the measured attention summed per page and observed per page (observe_pages: shared evenly
+///                   among the page's tokens), as the attention-free signal is: separates what the signal's
+///                   page granularity does from what its estimate does.
 inline const std::vector<std::string>& ablation_variants() {
   static const std::vector<std::string> v{"prior-only", "attention-only", "no-refresh", "recent-half", "page-max"};
   return v;
 }
+inline bool is_observation_variant(const std::string& variant) { return variant == "page-mass"; }
+
+/// MemDecay on the attention-free signal (name "memdecay-<mode>+<variant>"): the engine's attention is not
+/// observed; each step's queries are, against Quest min/max page digests of the keys kept in fp16
+/// (digests/query_signal.hpp), every layer's heads as KV heads:
+///   query         bound_softmax: a page's estimated share is the softmax of its bound over the pages
+///   query-tokens  bound_softmax_tokens: the same, each page weighted by its resident tokens
+///   query-last    bound_softmax from the step's last query only (a prefill chunk's other queries unused: each
+///                 query's estimate covers every resident token, the chunk's later ones included, which the
+///                 measured attention's causal mask hides from it; the last query sees them all)
+inline const std::vector<std::string>& query_signal_variants() {
+  static const std::vector<std::string> v{"query", "query-tokens", "query-last"};
+  return v;
+}
+inline bool is_query_signal_variant(const std::string& variant) {
+  const auto& v = query_signal_variants();
+  return std::find(v.begin(), v.end(), variant) != v.end();
+}
 
 inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
                                      const memdecay_options& m = {}) {
+  if (is_observation_variant(variant)) {
+    policy_kind k = memdecay_kind(mode, m);
+    k.name += "+" + variant;
+    k.description += "; measured attention observed per page";
+    auto make = k.make;
+    k.make = [make](const md::config& cfg) {
+      auto seq = make(cfg);
+      seq->observe_per_page();
+      return seq;
+    };
+    return k;
+  }
+  if (is_query_signal_variant(variant)) {
+    policy_kind k = memdecay_kind(mode, m);
+    k.name += "+" + variant;
+    const auto how =
+        variant == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax;
+    const bool last = variant == "query-last";
+    k.description += std::string("; attention-free: ") + md::to_string(how) + " over fp16 min/max page digests";
+    k.observes_queries = true;
+    auto make = k.make;
+    k.make = [make, how, last](const md::config& cfg) {
+      auto seq = make(cfg);
+      seq->use_query_signal({.how = how, .last_query_only = last});
+      return seq;
+    };
+    return k;
+  }
   memdecay_options o = m;
   if (variant == "prior-only")
     o.alpha = 0.0;

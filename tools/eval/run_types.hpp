@@ -109,6 +109,10 @@ struct run_result {
   std::uint64_t budget_violations = 0;  ///< steps above the budget without that reason (a bug: always 0)
   std::uint64_t forked_steps = 0;       ///< steps taken from the full-cache run (fork)
   std::uint64_t max_resident = 0;       ///< the most resident tokens after any step of any episode
+  /// Policies on the attention-free signal: the summed total variation distance between the estimated and the
+  /// measured per-page attention, over `signal_steps` steps (any_sequence.hpp's signal_error).
+  double signal_tv_sum = 0;
+  std::uint64_t signal_steps = 0;
 
   void merge(const run_result& o) {
     for (std::size_t r = 0; r < regions.size(); ++r) regions[r].add(o.regions[r]);
@@ -122,6 +126,8 @@ struct run_result {
     budget_violations += o.budget_violations;
     forked_steps += o.forked_steps;
     max_resident = std::max(max_resident, o.max_resident);
+    signal_tv_sum += o.signal_tv_sum;
+    signal_steps += o.signal_steps;
   }
   [[nodiscard]] region_counts total() const noexcept {
     region_counts t;

@@ -241,6 +241,46 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_observe_heads(memdecay_sequence
                                                                size_t heads, size_t tokens, memdecay_head_reduction how,
                                                                size_t* refreshed);
 
+/*
+ * Page digests and the attention-free signal (docs/tiers.md), for engines whose kernels never materialise
+ * attention: a digest of each page's keys, and observe_query instead of observe_tokens. query_heads 0 = kv_heads;
+ * scale 0 = 1/sqrt(head_dim). Pages enter without a digest and digests leave with their pages.
+ */
+typedef enum memdecay_digest_kind {
+  MEMDECAY_DIGEST_MIN_MAX = 0,  /* per-channel minimum and maximum of the keys (Quest): an upper bound of q.k */
+  MEMDECAY_DIGEST_MEAN_KEY = 1, /* the keys' mean: q.m, an estimate */
+  MEMDECAY_DIGEST_KIND_MAX_ENUM = 0x7fffffff
+} memdecay_digest_kind;
+typedef enum memdecay_digest_storage {
+  MEMDECAY_DIGEST_F32 = 0,
+  MEMDECAY_DIGEST_F16 = 1, /* minimum rounded down, maximum up: still a bound */
+  MEMDECAY_DIGEST_BF16 = 2,
+  MEMDECAY_DIGEST_STORAGE_MAX_ENUM = 0x7fffffff
+} memdecay_digest_storage;
+typedef enum memdecay_query_signal {
+  MEMDECAY_SIGNAL_BOUND_SOFTMAX = 0,        /* a page's share: the softmax of its bound over the pages */
+  MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS = 1, /* the same, weighted by each page's resident tokens */
+  MEMDECAY_SIGNAL_MAX_ENUM = 0x7fffffff
+} memdecay_query_signal;
+MEMDECAY_C_API memdecay_status memdecay_sequence_enable_digests(memdecay_sequence* sequence, size_t kv_heads,
+                                                                size_t head_dim, size_t query_heads,
+                                                                memdecay_digest_kind kind,
+                                                                memdecay_digest_storage storage, double scale);
+/* Page `page`'s min/max digest: lo and hi hold `count` = kv_heads x head_dim values each. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_digest(memdecay_sequence* sequence, size_t page,
+                                                                 const float* lo, const float* hi, size_t count);
+/* Page `page`'s digest computed from its keys: `count` = tokens x kv_heads x head_dim values. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_keys(memdecay_sequence* sequence, size_t page,
+                                                               const float* keys, size_t count);
+/* Each query head's bound on each page into out[j * num_pages + p] (out_count == query_heads x num_pages;
+ * +inf for a page without a digest). `query`: query_heads x head_dim. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_page_bounds(const memdecay_sequence* sequence, const float* query,
+                                                             size_t query_count, float* out, size_t out_count);
+/* Observes the attention estimated from `query` and the digests (summing to `total`: 1 for a mean over heads). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query,
+                                                               size_t query_count, memdecay_query_signal signal,
+                                                               double total, size_t* refreshed);
+
 /* Phase 1 (changes nothing): the k lowest-scoring evictable pages, never one of `protect` (logical pages). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_select(const memdecay_sequence* sequence, size_t k,
                                                         const size_t* protect, size_t num_protect, memdecay_plan** out);

@@ -12,6 +12,10 @@
 //
 //   memdecay::policy_sequence<memdecay::policies::h2o> h2o(cfg, {.recent_fraction = 0.5});  // any other policy
 //
+// Engines that never materialise attention enable page digests (digests/page_digests.hpp) and observe the query
+// instead: seq.enable_digests({.kv_heads = 8, .head_dim = 128, .query_heads = 32}); seq.set_page_keys(page, keys)
+// as each page fills; seq.observe_query(query) (digests/query_signal.hpp).
+//
 // The layout (labels, clock, page origins, positions, generation) is a sequence_state; the policy keeps its own
 // per-token signal in the same page order. Budgets with watermarks, config protections, caller-protected pages,
 // the page-table checks and the error tiers are this class's, the same for every policy (their rules live in
@@ -37,6 +41,8 @@
 #include "memdecay/core/attention.hpp"
 #include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/digests/page_digests.hpp"
+#include "memdecay/digests/query_signal.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/core/sequence_rules.hpp"
 #include "memdecay/core/eviction.hpp"
@@ -110,6 +116,7 @@ class basic_sequence {
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
     h.add(state_.digest()).add(policy_.digest());
+    if (digests_) h.add(digests_->digest());
     return h.value();
   }
   /// A digest of the configuration decisions depend on (alpha, EWMA factor, tau, page size, normalisation,
@@ -216,6 +223,70 @@ class basic_sequence {
   std::size_t observe_layers(const Layers& layers, head_reduction how) {
     const auto mass = reduce_layers(layers, how);
     return observe_tokens(std::span<const Float>(mass));
+  }
+
+  // --- page digests and the attention-free signal (digests/) -------------------------------------------------
+  /// Keeps a key digest per page from now on (config_error for an invalid layout; nothing changes then). Every
+  /// existing page starts without a digest; enabling again with another layout forgets the digests held.
+  void enable_digests(const digest_layout& layout) {
+    page_digests d(layout);
+    d.resize(num_pages());
+    digests_ = std::move(d);
+  }
+  /// Stops keeping digests (and forgets them).
+  void disable_digests() noexcept { digests_.reset(); }
+  [[nodiscard]] bool has_digests() const noexcept { return digests_.has_value(); }
+  /// The digests, in page order. usage_error unless enable_digests was called.
+  [[nodiscard]] const page_digests& digests() const {
+    check_digests("digests");
+    return *digests_;
+  }
+  /// Page `page`'s min/max digest (kv_heads x head_dim each). input_error, changing nothing, on a wrong length, a
+  /// non-finite value, lo > hi, or a page that does not exist; usage_error without digests or for mean-key ones.
+  void set_page_digest(std::size_t page, std::span<const float> lo, std::span<const float> hi) {
+    check_digests("set_page_digest");
+    digests_->set_min_max(page, lo, hi);
+  }
+  /// Page `page`'s mean-key digest (kv_heads x head_dim).
+  void set_page_mean_key(std::size_t page, std::span<const float> mean) {
+    check_digests("set_page_mean_key");
+    digests_->set_mean_key(page, mean);
+  }
+  /// Computes page `page`'s digest from its keys (tokens x kv_heads x head_dim). Appending tokens to a page that
+  /// has a digest forgets it (the new keys are not in it); send it again when the page is full.
+  void set_page_keys(std::size_t page, std::span<const float> keys) {
+    check_digests("set_page_keys");
+    digests_->set_from_keys(page, keys);
+  }
+  /// Query head j's logit bound on page p into out[j * num_pages() + p] (page_digests::bounds: Quest's upper bound
+  /// for min/max digests; +inf for a page without a digest). input_error for a query of the wrong length or a
+  /// non-finite value; usage_error without digests.
+  void query_page_bounds(std::span<const float> query, std::span<float> out) const {
+    check_digests("query_page_bounds");
+    digests_->bounds(query, out);
+  }
+  /// Observes the attention estimated from `query` (query_heads x head_dim) and the page digests instead of
+  /// measured attention: per-page mass by `how` (digests/query_signal.hpp), summing to `total` (1 matches a mean
+  /// head reduction; the number of heads a sum), shared among each page's tokens as observe_pages does. Returns
+  /// what observe_pages returns. Errors as query_page_bounds, changing nothing.
+  std::size_t observe_query(std::span<const float> query, query_signal how = query_signal::bound_softmax,
+                            double total = 1.0) {
+    const auto mass = estimate_query_attention(query, how, total);
+    return observe_pages(std::span<const Float>(mass));
+  }
+  /// The per-page mass observe_query would observe, without observing it.
+  [[nodiscard]] std::vector<Float> estimate_query_attention(std::span<const float> query,
+                                                            query_signal how = query_signal::bound_softmax,
+                                                            double total = 1.0) const {
+    check_digests("observe_query");
+    const std::size_t heads = digests_->layout().effective_query_heads();
+    std::vector<float> bounds(heads * num_pages());
+    digests_->bounds(query, std::span<float>(bounds));
+    std::vector<std::uint32_t> tokens(num_pages());
+    for (std::size_t p = 0; p < tokens.size(); ++p) tokens[p] = static_cast<std::uint32_t>(state_.tokens_in_page(p));
+    std::vector<Float> mass(num_pages());
+    estimate_page_attention<Float>(bounds, heads, tokens, how, total, std::span<Float>(mass));
+    return mass;
   }
 
   // --- scores ------------------------------------------------------------------------------------------------
@@ -344,13 +415,23 @@ class basic_sequence {
     if (before != clock_moved_at_) content_before_clock_ = before;
     clock_moved_at_ = state_.generation();
   }
+  void check_digests(const char* call) const {
+    if (!digests_) detail::raise_usage(std::string(call) + ": this sequence keeps no page digests (enable_digests)");
+  }
   template <class AppendToState>
   void grow(std::size_t tokens, AppendToState&& append_to_state) {
     if (tokens == 0) return;
     const std::size_t first = kv_len();
+    const std::size_t pages_before = num_pages();
     policy_.reserve(first + tokens);  // may throw bad_alloc; the policy is unchanged when it does
-    append_to_state();                // strong guarantee
+    if (digests_) digests_->reserve(tokens / page_size() + 1);
+    append_to_state();  // strong guarantee
     policy_.on_append(view(), first);
+    if (digests_) {  // cannot allocate: reserved above
+      if (first % page_size() != 0 && digests_->has_digest(pages_before - 1))
+        digests_->clear(pages_before - 1);  // the partial page grew: its digest no longer covers its keys
+      digests_->resize(num_pages());
+    }
   }
   std::size_t apply(std::span<const Float> mass) {
     const std::size_t refreshed = policy_.on_observe(view(), mass);
@@ -360,7 +441,8 @@ class basic_sequence {
   void remove(std::span<const std::size_t> pages) {
     if (pages.empty()) return;
     policy_.on_remove(view(), pages);
-    state_.remove_pages(pages);  // cannot fail: check_plan validated the same indices
+    if (digests_) digests_->remove_pages(pages);  // cannot fail either: the same indices
+    state_.remove_pages(pages);                   // cannot fail: check_plan validated the same indices
   }
   // The table first (it may throw, and nothing here has changed yet), then the state.
   template <class Table>
@@ -380,6 +462,7 @@ class basic_sequence {
   std::uint64_t clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the generation of the last clock move
   std::uint64_t content_before_clock_ = 0;  // the generation before the run of clock moves that ends there
   std::uint64_t advance_columns_at_ = 0;    // advance_columns_generation()
+  std::optional<page_digests> digests_;     // enable_digests
 };
 
 /// The layout of a MemDecay sequence with its policy's clocks and EWMA beside it: the form the scalar reference

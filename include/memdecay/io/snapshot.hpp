@@ -374,6 +374,10 @@ struct snapshot_access {
     static_assert(
         requires(P & p, snapshot_writer & w) { p.snapshot_fields(w); },
         "this policy has no snapshot_fields(): it cannot be saved");
+    if (seq.has_digests())
+      raise_usage(
+          "snapshot save: this sequence keeps page digests, which snapshot format 1 does not hold; disable_digests() "
+          "before saving and send the digests again after the load");
     const auto& st = seq.state_;
     const std::string_view name = P::name;
     const std::size_t base = w.bytes().size();
@@ -413,6 +417,10 @@ struct snapshot_access {
     using Float = typename Seq::float_type;
     if (target.managed())
       raise_usage("snapshot load: the target is owned by a manager (load it before the manager opens it)");
+    if (target.has_digests())
+      raise_usage(
+          "snapshot load: the target keeps page digests, which would not match the loaded pages; load "
+          "first, then enable_digests and send them");
     // --- the header ---
     snapshot_reader h(bytes, 0);
     h.need(snapshot::header_bytes, "header");

@@ -53,10 +53,12 @@ class kv_session {
   }
 
   struct step_result {
-    std::vector<float> last_logits;              // vocab entries, for the chunk's last token
-    std::vector<std::vector<float>> layer_mass;  // [layer][resident token incl. the chunk, block-table order]:
-                                                 // attention probability summed over heads and the chunk's
-                                                 // queries, divided by heads * queries (each row sums to 1)
+    std::vector<float> last_logits;                 // vocab entries, for the chunk's last token
+    std::vector<std::vector<float>> layer_mass;     // [layer][resident token incl. the chunk, block-table order]:
+                                                    // attention probability summed over heads and the chunk's
+                                                    // queries, divided by heads * queries (each row sums to 1)
+    std::vector<std::vector<float>> layer_queries;  // [layer][query t of the chunk][d_model]: the queries as the
+                                                    // attention saw them (RoPE applied), head after head
   };
 
   // Runs the chunk at the next absolute positions, writes its K/V into the pool and returns the last token's
@@ -80,8 +82,9 @@ class kv_session {
     step_result out;
     out.last_logits.resize(static_cast<std::size_t>(model_->config().vocab));
     out.layer_mass.assign(L_, std::vector<float>(r0 + n, 0.0f));
+    out.layer_queries.assign(L_, std::vector<float>(n * d_, 0.0f));
     forward(tokens, static_cast<std::uint32_t>(appended_), conv_state_.data(), kv_.data(), 0, &out.layer_mass,
-            out.last_logits.data());
+            out.last_logits.data(), &out.layer_queries);
     appended_ += n;
     return out;
   }
@@ -112,6 +115,26 @@ class kv_session {
     }
     return out;
   }
+
+  // The keys of resident page `page` (block-table order) into `out`: one row per resident token of the page, each
+  // row every layer's keys (RoPE applied), layer after layer, head after head: tokens x (layers x heads x head_dim),
+  // the layout memdecay's page digests take with kv_heads = layers x heads.
+  void page_keys(std::size_t page, std::vector<float>& out) const {
+    const std::size_t r = resident_tokens();
+    if (page * P_ >= r)
+      throw std::runtime_error("kv_session::page_keys: page " + std::to_string(page) + " is not resident");
+    const std::size_t tokens = std::min(P_, r - page * P_);
+    const auto block = static_cast<std::size_t>(pool_.block_table(sequence_id)[page]);
+    out.resize(tokens * L_ * d_);
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t l = 0; l < L_; ++l) {
+        const float* k = kv_.data() + slab(block, l, 0) + t * d_;
+        std::copy(k, k + d_, out.data() + (t * L_ + l) * d_);
+      }
+  }
+  [[nodiscard]] std::size_t layers() const noexcept { return L_; }
+  [[nodiscard]] std::size_t heads() const noexcept { return H_; }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return hd_; }
 
   [[nodiscard]] pool_type& table() noexcept { return pool_; }
   [[nodiscard]] const pool_type& table() const noexcept { return pool_; }
@@ -154,7 +177,8 @@ class kv_session {
   // Without (answer), query t sees every resident token and the side buffer's [0, side_before + t]; the chunk's
   // K/V are appended to the side buffer. `mass` (append only) accumulates each layer's attention row.
   void forward(std::span<const std::int32_t> tokens, std::uint32_t first_pos, float* conv, float* pool_kv,
-               std::size_t side_before, std::vector<std::vector<float>>* mass, float* logits) const {
+               std::size_t side_before, std::vector<std::vector<float>>* mass, float* logits,
+               std::vector<std::vector<float>>* queries = nullptr) const {
     const auto& w = model_->weights();
     const std::size_t n = tokens.size(), d = d_, hd = hd_, k = k_;
     const std::size_t f = static_cast<std::size_t>(model_->config().mlp_hidden);
@@ -197,6 +221,7 @@ class kv_session {
         float* row = qkv_.data() + t * 3 * d;
         model_->apply_rope(row, first_pos + static_cast<std::uint32_t>(t));
         model_->apply_rope(row + d, first_pos + static_cast<std::uint32_t>(t));
+        if (queries) std::copy(row, row + d, (*queries)[l].data() + t * d);
         float *kdst, *vdst;
         if (pool_kv) {
           const std::size_t i = r_before + t;

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+// Query-aware page scoring over key digests (simd/digest_bound.hpp, digests/page_digests.hpp): Quest's min/max
+// bound of P pages x 8 KV heads x head dim 128, for a query of 32 heads (grouped-query attention, 4 query heads per
+// KV head: Llama 3 8B's layer geometry), with fp32, fp16 and bf16 digests.
+//
+//   digest/bounds/<storage>/<pages>    the native-isa kernel
+//   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
+//   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
+//                                      the memory roofline the kernel is measured against
+//   digest/observe_query/f16/<pages>   seq.observe_query: bounds, the softmax estimate and the observation
+//
+// Items are pages; bytes_per_second counts the digest bytes read (bytes_per_page without the presence byte), so
+// bounds / roofline is the share of the roofline reached. At 1K pages (4-8 MiB) the digests sit in L2/L3, at 256K
+// (1-2 GiB) they stream from DRAM.
+//
+//   memdecay_bench --benchmark_filter='^digest/'
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include <memdecay/core/sequence.hpp>
+#include <memdecay/digests/page_digests.hpp>
+#include <memdecay/simd/digest_bound.hpp>
+#include <memdecay/simd/packet.hpp>
+
+namespace md = memdecay;
+
+namespace {
+
+constexpr std::size_t kv_heads = 8, query_heads = 32, head_dim = 128;
+
+struct workload {
+  md::digest_storage storage;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> half;
+  std::vector<float> prepared, out;
+  std::size_t pages = 0;
+  std::size_t bytes() const { return f32.size() * 4 + half.size() * 2; }
+};
+
+workload& digests(md::digest_storage storage, std::size_t pages) {
+  static std::map<std::pair<int, std::size_t>, std::unique_ptr<workload>> cache;
+  auto& slot = cache[{static_cast<int>(storage), pages}];
+  if (slot) return *slot;
+  slot = std::make_unique<workload>();
+  workload& w = *slot;
+  w.storage = storage;
+  w.pages = pages;
+  const std::size_t values = pages * kv_heads * 2 * head_dim;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const auto fmt = storage == md::digest_storage::bf16 ? md::half_format::bf16 : md::half_format::f16;
+  if (storage == md::digest_storage::f32) {
+    w.f32.resize(values);
+    for (auto& v : w.f32) v = normal(rng);
+  } else {
+    w.half.resize(values);
+    for (auto& v : w.half) v = md::simd::float_to_half(normal(rng), fmt);
+  }
+  std::vector<float> query(query_heads * head_dim);
+  for (auto& q : query) q = normal(rng);
+  w.prepared.resize(query.size() * 2);
+  md::simd::prepare_digest_query(query.data(), query_heads, head_dim, md::digest_kind::min_max, 0.088f,
+                                 w.prepared.data());
+  w.out.resize(query_heads * pages);
+  return w;
+}
+
+template <md::simd::isa A>
+void run_bounds(workload& w) {
+  const md::simd::digest_shape shape{kv_heads, query_heads, head_dim, md::digest_kind::min_max};
+  switch (w.storage) {
+    case md::digest_storage::f32:
+      md::simd::digest_bounds<A>(shape, w.f32.data(), w.pages, w.prepared.data(), w.out.data(), w.pages);
+      break;
+    case md::digest_storage::f16:
+      md::simd::digest_bounds<A, std::uint16_t, md::half_format::f16>(shape, w.half.data(), w.pages, w.prepared.data(),
+                                                                      w.out.data(), w.pages);
+      break;
+    case md::digest_storage::bf16:
+      md::simd::digest_bounds<A, std::uint16_t, md::half_format::bf16>(shape, w.half.data(), w.pages, w.prepared.data(),
+                                                                       w.out.data(), w.pages);
+      break;
+  }
+  benchmark::DoNotOptimize(w.out.data());
+  benchmark::ClobberMemory();
+}
+
+float read_all(const workload& w) {
+  using P = md::simd::packet<float, md::simd::native_isa>;
+  const float* p = w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data();
+  const std::size_t n = w.bytes() / 4;
+  auto a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+  std::size_t i = 0;
+  for (; i + 4 * P::lanes <= n; i += 4 * P::lanes) {
+    a0 = P::add(a0, P::load(p + i));
+    a1 = P::add(a1, P::load(p + i + P::lanes));
+    a2 = P::add(a2, P::load(p + i + 2 * P::lanes));
+    a3 = P::add(a3, P::load(p + i + 3 * P::lanes));
+  }
+  return P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
+}
+
+void finish(benchmark::State& st, const workload& w) {
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(w.pages));
+  st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(w.bytes()));
+}
+
+template <md::simd::isa A>
+void bounds(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  for (auto _ : st) run_bounds<A>(w);
+  finish(st, w);
+}
+
+void roofline(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  for (auto _ : st) benchmark::DoNotOptimize(read_all(w));
+  finish(st, w);
+}
+
+void observe_query(benchmark::State& st) {
+  const auto pages = static_cast<std::size_t>(st.range(0));
+  md::sequence seq(md::config{.page_size = 16});
+  seq.enable_digests(
+      {.kv_heads = kv_heads, .head_dim = head_dim, .query_heads = query_heads, .storage = md::digest_storage::f16});
+  seq.append(md::regions::tool_out, pages * 16);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> lo(kv_heads * head_dim), hi(lo.size()), query(query_heads * head_dim);
+  for (std::size_t p = 0; p < pages; ++p) {
+    for (std::size_t i = 0; i < lo.size(); ++i) {
+      const float a = normal(rng), b = normal(rng);
+      lo[i] = std::min(a, b);
+      hi[i] = std::max(a, b);
+    }
+    seq.set_page_digest(p, lo, hi);
+  }
+  for (auto& q : query) q = normal(rng);
+  md::step_t step = 0;
+  for (auto _ : st) {
+    seq.advance_to(++step);
+    benchmark::DoNotOptimize(seq.observe_query(query));
+  }
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
+}
+
+void sizes(benchmark::internal::Benchmark* b) { b->Arg(1024)->Arg(16384)->Arg(262144)->Unit(benchmark::kMicrosecond); }
+
+const int registered = [] {
+  for (auto storage : {md::digest_storage::f32, md::digest_storage::f16, md::digest_storage::bf16}) {
+    const std::string s = md::to_string(storage);
+    sizes(benchmark::RegisterBenchmark(("digest/bounds/" + s).c_str(),
+                                       [storage](benchmark::State& st) { bounds<md::simd::native_isa>(st, storage); }));
+    sizes(benchmark::RegisterBenchmark(("digest/scalar/" + s).c_str(), [storage](benchmark::State& st) {
+      bounds<md::simd::isa::scalar>(st, storage);
+    }));
+    sizes(benchmark::RegisterBenchmark(("digest/roofline/" + s).c_str(),
+                                       [storage](benchmark::State& st) { roofline(st, storage); }));
+  }
+  benchmark::RegisterBenchmark("digest/observe_query/f16", observe_query)
+      ->Arg(1024)
+      ->Arg(16384)
+      ->Unit(benchmark::kMicrosecond);
+  return 0;
+}();
+
+}  // namespace

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: Apache-2.0
+// memdecay: the query-aware page bound of Quest (Tang et al., ICML 2024) over page key digests.
+//
+// A page's digest for one KV head is the per-channel minimum lo and maximum hi of its keys (or, for a mean-key
+// digest, their mean m). For a query q of that head, every key k of the page has
+//
+//     q.k = sum_c q_c k_c  <=  sum_c max(q_c lo_c, q_c hi_c)  =  sum_c (q_c^+ hi_c + q_c^- lo_c)
+//
+// (q^+ = max(q, 0), q^- = min(q, 0)), so the bound, times the attention scale (1/sqrt(head_dim) unless told),
+// is an upper bound of every logit the query gives the page's tokens; a mean-key digest gives q.m instead, an
+// estimate, not a bound. With grouped-query attention query head j reads KV head j / (query_heads / kv_heads)
+// (the grouping of Hugging Face, vLLM, SGLang and FlashInfer).
+//
+// digest_bound_reference is the specification: the max form, in double. The kernels split q once into q^+ and
+// q^- (scaled) and run two fused multiply-adds per channel, as wide as the isa allows, over fp32, fp16 or bf16
+// digests (widened in registers: simd/half.hpp). Error contract, checked by tests/simd/simd_digest_bound_test.cpp
+// for every isa the build can emit: |kernel - reference| <= digest_bound_tolerance(...) = (head_dim + 2) x
+// FLT_EPSILON x scale x sum_c |q_c| max(|lo_c|, |hi_c|), the standard bound of a float dot product of that length.
+#ifndef MEMDECAY_SIMD_DIGEST_BOUND_HPP
+#define MEMDECAY_SIMD_DIGEST_BOUND_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "memdecay/simd/arch.hpp"
+#include "memdecay/simd/half.hpp"
+#include "memdecay/simd/packet.hpp"
+
+namespace memdecay::simd {
+
+/// What a page digest holds per KV head.
+enum class digest_kind : std::uint8_t {
+  min_max,   ///< per-channel minimum and maximum of the keys (Quest): an upper bound of q.k; 2 x head_dim values
+  mean_key,  ///< the keys' mean (ArkVale/InfLLM-style representative): q.m, an estimate; head_dim values
+};
+
+[[nodiscard]] constexpr std::size_t vectors_per_head(digest_kind k) noexcept {
+  return k == digest_kind::min_max ? 2 : 1;
+}
+
+/// The reference bound of one page and head, in double: scale x sum_c max(q_c lo_c, q_c hi_c) (min_max) or
+/// scale x sum_c q_c m_c (mean_key, `hi` unused). `lo`, `hi` are already widened to float.
+[[nodiscard]] inline double digest_bound_reference(const float* q, const float* lo, const float* hi, std::size_t dim,
+                                                   digest_kind kind, double scale) noexcept {
+  double sum = 0;
+  for (std::size_t c = 0; c < dim; ++c) {
+    const double qc = q[c];
+    sum += kind == digest_kind::min_max ? std::max(qc * lo[c], qc * hi[c]) : qc * lo[c];
+  }
+  return scale * sum;
+}
+
+/// The largest |kernel - reference| the kernels may show for that page and head (see the header comment).
+[[nodiscard]] inline double digest_bound_tolerance(const float* q, const float* lo, const float* hi, std::size_t dim,
+                                                   digest_kind kind, double scale) noexcept {
+  double magnitude = 0;
+  for (std::size_t c = 0; c < dim; ++c) {
+    const double m = kind == digest_kind::min_max ? std::max(std::abs(double{lo[c]}), std::abs(double{hi[c]}))
+                                                  : std::abs(double{lo[c]});
+    magnitude += std::abs(double{q[c]}) * m;
+  }
+  return static_cast<double>(dim + 2) * std::numeric_limits<float>::epsilon() * scale * magnitude;
+}
+
+/// The query in the form the kernels read: per query head, scale x q^+ then scale x q^- (min_max), or scale x q
+/// (mean_key); `out` has query_heads x vectors_per_head(kind) x dim floats.
+inline void prepare_digest_query(const float* query, std::size_t query_heads, std::size_t dim, digest_kind kind,
+                                 float scale, float* out) noexcept {
+  for (std::size_t j = 0; j < query_heads; ++j) {
+    const float* q = query + j * dim;
+    if (kind == digest_kind::min_max) {
+      float* pos = out + j * 2 * dim;
+      float* neg = pos + dim;
+      for (std::size_t c = 0; c < dim; ++c) {
+        const float s = scale * q[c];
+        pos[c] = s > 0.0f ? s : 0.0f;
+        neg[c] = s < 0.0f ? s : 0.0f;
+      }
+    } else {
+      for (std::size_t c = 0; c < dim; ++c) out[j * dim + c] = scale * q[c];
+    }
+  }
+}
+
+/// The shape of a digest array: pages x kv_heads x vectors_per_head(kind) x dim elements, page after page.
+struct digest_shape {
+  std::size_t kv_heads = 0;
+  std::size_t query_heads = 0;  ///< a multiple of kv_heads
+  std::size_t dim = 0;
+  digest_kind kind = digest_kind::min_max;
+};
+
+MEMDECAY_SIMD_BEGIN
+
+// Full unrolling of the register-block loops (constant trip counts), so that the accumulators live in registers.
+#if defined(__clang__) || defined(__GNUC__)
+#define MEMDECAY_SIMD_UNROLL _Pragma("GCC unroll 16")
+#else
+#define MEMDECAY_SIMD_UNROLL
+#endif
+
+namespace detail {
+MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 0);
+#else
+  (void)p;
+#endif
+}
+template <isa A, class Elem, half_format F>
+MEMDECAY_SIMD_INLINE typename packet<float, A>::reg load_digest(const Elem* p) noexcept {
+  if constexpr (std::is_same_v<Elem, float>)
+    return packet<float, A>::load(p);
+  else
+    return load_widened<A, F>(p);
+}
+template <class Elem, half_format F>
+MEMDECAY_SIMD_INLINE float digest_value(const Elem* p) noexcept {
+  if constexpr (std::is_same_v<Elem, float>)
+    return *p;
+  else
+    return half_to_float(*p, F);
+}
+
+// One page and KV head against one prepared query head.
+template <isa A, class Elem, half_format F, digest_kind Kind>
+MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::size_t dim) noexcept {
+  using P = packet<float, A>;
+  constexpr std::size_t L = P::lanes;
+  auto a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
+  std::size_t c = 0;
+  if constexpr (Kind == digest_kind::min_max) {
+    const float* pos = q;
+    const float* neg = q + dim;
+    const Elem* lo = digest;
+    const Elem* hi = digest + dim;
+    for (; c + 2 * L <= dim; c += 2 * L) {  // two independent chains per term hide the fma latency
+      a0 = P::fma(P::load(pos + c), load_digest<A, Elem, F>(hi + c), a0);
+      a1 = P::fma(P::load(neg + c), load_digest<A, Elem, F>(lo + c), a1);
+      a2 = P::fma(P::load(pos + c + L), load_digest<A, Elem, F>(hi + c + L), a2);
+      a3 = P::fma(P::load(neg + c + L), load_digest<A, Elem, F>(lo + c + L), a3);
+    }
+    for (; c + L <= dim; c += L) {
+      a0 = P::fma(P::load(pos + c), load_digest<A, Elem, F>(hi + c), a0);
+      a1 = P::fma(P::load(neg + c), load_digest<A, Elem, F>(lo + c), a1);
+    }
+    float sum = P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
+    for (; c < dim; ++c)
+      sum = std::fma(pos[c], digest_value<Elem, F>(hi + c), std::fma(neg[c], digest_value<Elem, F>(lo + c), sum));
+    return sum;
+  } else {
+    for (; c + 2 * L <= dim; c += 2 * L) {
+      a0 = P::fma(P::load(q + c), load_digest<A, Elem, F>(digest + c), a0);
+      a1 = P::fma(P::load(q + c + L), load_digest<A, Elem, F>(digest + c + L), a1);
+    }
+    for (; c + L <= dim; c += L) a0 = P::fma(P::load(q + c), load_digest<A, Elem, F>(digest + c), a0);
+    float sum = P::reduce_add(P::add(a0, a1));
+    for (; c < dim; ++c) sum = std::fma(q[c], digest_value<Elem, F>(digest + c), sum);
+    return sum;
+  }
+}
+
+// One KV head of pages [first, first + PB) against its G query heads: G x PB accumulators, one register each, so
+// every digest value is loaded once and used G times, every query value once per PB pages, and the sums leave
+// through one transpose_sum where the isa has it. Needs dim % lanes == 0.
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB>
+MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t dim,
+                                     float* out, std::size_t out_stride) noexcept {
+  using P = packet<float, A>;
+  constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
+  typename P::reg acc[N];
+  MEMDECAY_SIMD_UNROLL
+  for (auto& a : acc) a = P::zero();
+  for (std::size_t c = 0; c < dim; c += L) {
+    typename P::reg qa[G], qb[G];
+    MEMDECAY_SIMD_UNROLL
+    for (std::size_t g = 0; g < G; ++g) {
+      qa[g] = P::load(q + g * V * dim + c);
+      if constexpr (Kind == digest_kind::min_max) qb[g] = P::load(q + g * V * dim + dim + c);
+    }
+    MEMDECAY_SIMD_UNROLL
+    for (std::size_t b = 0; b < PB; ++b) {
+      const Elem* d = head0 + b * page_elems;
+      if constexpr (Kind == digest_kind::min_max) {
+        const auto lo = load_digest<A, Elem, F>(d + c), hi = load_digest<A, Elem, F>(d + dim + c);
+        MEMDECAY_SIMD_UNROLL
+        for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
+      } else {
+        const auto m = load_digest<A, Elem, F>(d + c);
+        MEMDECAY_SIMD_UNROLL
+        for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], m, acc[b * G + g]);
+      }
+    }
+  }
+  alignas(64) float sums[N];
+  if constexpr (requires { P::has_transpose_sum; }) {
+    static_assert(N == L);
+    P::store(sums, P::transpose_sum(acc));
+  } else {
+    for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
+  }
+  for (std::size_t b = 0; b < PB; ++b)
+    for (std::size_t g = 0; g < G; ++g) out[g * out_stride + b] = sums[b * G + g];
+}
+
+// Every page and KV head one at a time (any group, any dim: the tails).
+template <isa A, class Elem, half_format F, digest_kind Kind>
+void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t first, std::size_t last,
+                      const float* prepared, float* out, std::size_t out_stride) noexcept {
+  constexpr std::size_t V = vectors_per_head(Kind);
+  const std::size_t group = s.query_heads / s.kv_heads;
+  const std::size_t page_elems = s.kv_heads * V * s.dim;
+  for (std::size_t p = first; p < last; ++p)
+    for (std::size_t h = 0; h < s.kv_heads; ++h) {
+      const Elem* d = digests + p * page_elems + h * V * s.dim;
+      for (std::size_t g = 0; g < group; ++g) {
+        const std::size_t j = h * group + g;
+        out[j * out_stride + p] = head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
+      }
+    }
+}
+
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G>
+void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
+                     std::size_t out_stride) noexcept {
+  using P = packet<float, A>;
+  constexpr std::size_t V = vectors_per_head(Kind);
+  constexpr std::size_t accumulators = requires { P::has_transpose_sum; }
+  ? P::lanes : 8;
+  constexpr std::size_t PB = accumulators / G;
+  const std::size_t page_elems = s.kv_heads * V * s.dim;
+  const std::size_t head_bytes = V * s.dim * sizeof(Elem);
+  std::size_t p = 0;
+  for (; p + PB <= pages; p += PB)
+    for (std::size_t h = 0; h < s.kv_heads; ++h) {
+      // The block reads PB pages a page apart: more streams, each crossing 4 KiB pages, than the hardware
+      // prefetcher follows. Ask for the same head of the next block now (a block ahead is enough to hide DRAM).
+      // Measured (docs/tiers.md): +56% from DRAM for 16-bit digests, nothing for f32 (compute-bound there), -12%
+      // in cache for both; so 16-bit digests only.
+      if (!std::is_same_v<Elem, float> && p + 2 * PB <= pages)
+        for (std::size_t b = 0; b < PB; ++b) {
+          const char* next = reinterpret_cast<const char*>(digests + (p + PB + b) * page_elems + h * V * s.dim);
+          for (std::size_t off = 0; off < head_bytes; off += 64) prefetch(next + off);
+        }
+      head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * V * s.dim, digests + p * page_elems + h * V * s.dim,
+                                          page_elems, s.dim, out + h * G * out_stride + p, out_stride);
+    }
+  pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, out_stride);
+}
+
+template <isa A, class Elem, half_format F, digest_kind Kind>
+void digest_bounds_kind(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared,
+                        float* out, std::size_t out_stride) noexcept {
+  using P = packet<float, A>;
+  constexpr std::size_t accumulators = requires { P::has_transpose_sum; }
+  ? P::lanes : 8;
+  const std::size_t group = s.query_heads / s.kv_heads;
+  if (P::lanes > 1 && s.dim % P::lanes == 0) {
+    // The common groups (MHA, and GQA's 2, 4 and 8 query heads per KV head) in register blocks.
+    if (group == 1) return pages_in_blocks<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, out_stride);
+    if (group == 2) return pages_in_blocks<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, out_stride);
+    if (group == 4) return pages_in_blocks<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, out_stride);
+    if constexpr (accumulators >= 8)
+      if (group == 8) return pages_in_blocks<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, out_stride);
+  }
+  pages_one_by_one<A, Elem, F, Kind>(s, digests, 0, pages, prepared, out, out_stride);
+}
+}  // namespace detail
+
+/// Bounds of `pages` pages of `digests` (pages x kv_heads x vectors x dim elements of Elem: float, or uint16_t in
+/// format F) for a prepared query (prepare_digest_query); out[j * out_stride + p] is query head j's bound of page p.
+template <isa A = native_isa, class Elem, half_format F = half_format::f16>
+void digest_bounds(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
+                   std::size_t out_stride) noexcept {
+  static_assert(std::is_same_v<Elem, float> || std::is_same_v<Elem, std::uint16_t>, "fp32 or 16-bit digests");
+  if (s.kind == digest_kind::min_max)
+    detail::digest_bounds_kind<A, Elem, F, digest_kind::min_max>(s, digests, pages, prepared, out, out_stride);
+  else
+    detail::digest_bounds_kind<A, Elem, F, digest_kind::mean_key>(s, digests, pages, prepared, out, out_stride);
+}
+
+MEMDECAY_SIMD_END
+
+}  // namespace memdecay::simd
+
+#endif  // MEMDECAY_SIMD_DIGEST_BOUND_HPP

@@ -1,0 +1,173 @@
+// The digest-bound kernels (simd/digest_bound.hpp) against digest_bound_reference within the stated tolerance,
+// for every isa this build can emit, fp32 / fp16 / bf16 digests, both kinds, grouped-query attention and head
+// sizes that leave tails; the widening loads (simd/half.hpp) bit for bit against the scalar conversions. CMake
+// builds this file again with -mavx2 -mfma -mf16c (and the AVX-512 flags) where the machine runs them.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <memdecay/simd/digest_bound.hpp>
+#include <memdecay/simd/half.hpp>
+
+namespace {
+
+using namespace memdecay;
+using simd::isa;
+
+template <isa A>
+void check_widening(half_format f) {
+  using P = simd::packet<float, A>;
+  std::mt19937 rng(7);
+  std::vector<std::uint16_t> bits(P::lanes);
+  for (int trial = 0; trial < 2000; ++trial) {
+    for (auto& b : bits) b = static_cast<std::uint16_t>(rng());
+    if (trial == 0)
+      for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint16_t>(i);  // zero, subnormals
+    alignas(64) float got[P::lanes];
+    if (f == half_format::f16)
+      P::store(got, simd::load_widened<A, half_format::f16>(bits.data()));
+    else
+      P::store(got, simd::load_widened<A, half_format::bf16>(bits.data()));
+    for (std::size_t i = 0; i < P::lanes; ++i) {
+      const float want = simd::half_to_float(bits[i], f);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got[i])) << bits[i];
+      else
+        EXPECT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(want)) << bits[i];
+    }
+  }
+}
+
+struct digest_case {
+  std::size_t kv_heads, query_heads, dim, pages;
+  simd::digest_kind kind;
+};
+
+template <isa A, class Elem, half_format F>
+void check_bounds(const digest_case& c, float magnitude, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, magnitude);
+  const std::size_t V = simd::vectors_per_head(c.kind);
+  const std::size_t per_page = c.kv_heads * V * c.dim;
+  std::vector<Elem> digests(c.pages * per_page);
+  std::vector<float> widened(digests.size());
+  for (std::size_t p = 0; p < c.pages; ++p)
+    for (std::size_t h = 0; h < c.kv_heads; ++h)
+      for (std::size_t ch = 0; ch < c.dim; ++ch) {
+        float lo = normal(rng), hi = normal(rng);
+        if (lo > hi) std::swap(lo, hi);
+        const std::size_t at = p * per_page + h * V * c.dim + ch;
+        const float values[2] = {lo, hi};
+        for (std::size_t v = 0; v < V; ++v) {
+          if constexpr (std::is_same_v<Elem, float>) {
+            digests[at + v * c.dim] = values[v];
+            widened[at + v * c.dim] = values[v];
+          } else {
+            const auto r = v == 0 ? half_rounding::toward_minus : half_rounding::toward_plus;
+            digests[at + v * c.dim] = simd::float_to_half(values[v], F, r);
+            widened[at + v * c.dim] = simd::half_to_float(digests[at + v * c.dim], F);
+          }
+        }
+      }
+  std::vector<float> query(c.query_heads * c.dim);
+  for (auto& q : query) q = normal(rng);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
+  std::vector<float> prepared(query.size() * V);
+  simd::prepare_digest_query(query.data(), c.query_heads, c.dim, c.kind, static_cast<float>(scale), prepared.data());
+  std::vector<float> out(c.query_heads * c.pages, -1.0f);
+  const simd::digest_shape shape{c.kv_heads, c.query_heads, c.dim, c.kind};
+  simd::digest_bounds<A, Elem, F>(shape, digests.data(), c.pages, prepared.data(), out.data(), c.pages);
+  const std::size_t group = c.query_heads / c.kv_heads;
+  for (std::size_t j = 0; j < c.query_heads; ++j)
+    for (std::size_t p = 0; p < c.pages; ++p) {
+      const float* d = widened.data() + p * per_page + (j / group) * V * c.dim;
+      const float* q = query.data() + j * c.dim;
+      const double want = simd::digest_bound_reference(q, d, d + (V - 1) * c.dim, c.dim, c.kind, scale);
+      const double tol = simd::digest_bound_tolerance(q, d, d + (V - 1) * c.dim, c.dim, c.kind, scale);
+      ASSERT_NEAR(out[j * c.pages + p], want, tol)
+          << simd::to_string(A) << " head " << j << " page " << p << " dim " << c.dim;
+    }
+}
+
+template <isa A>
+void check_all_bounds() {
+  const digest_case cases[] = {
+      {1, 1, 1, 3, simd::digest_kind::min_max},
+      {2, 8, 128, 37, simd::digest_kind::min_max},
+      {4, 4, 80, 11, simd::digest_kind::min_max},
+      {8, 32, 64, 5, simd::digest_kind::min_max},
+      {3, 6, 17, 9, simd::digest_kind::mean_key},
+      {2, 4, 128, 13, simd::digest_kind::mean_key},
+      {1, 3, 250, 4, simd::digest_kind::min_max},
+      // Register blocks (every group the kernels block, with pages left over for the one-by-one tail):
+      {4, 4, 64, 40, simd::digest_kind::min_max},
+      {2, 4, 32, 33, simd::digest_kind::min_max},
+      {1, 8, 64, 21, simd::digest_kind::min_max},
+      {2, 8, 128, 19, simd::digest_kind::mean_key},
+      {3, 3, 48, 35, simd::digest_kind::mean_key},
+      {1, 16, 16, 7, simd::digest_kind::min_max},
+  };
+  std::uint32_t seed = 1;
+  for (const auto& c : cases)
+    for (float magnitude : {1.0f, 30.0f}) {
+      check_bounds<A, float, half_format::f16>(c, magnitude, seed++);
+      check_bounds<A, std::uint16_t, half_format::f16>(c, magnitude, seed++);
+      check_bounds<A, std::uint16_t, half_format::bf16>(c, magnitude, seed++);
+    }
+}
+
+TEST(DigestBoundKernels, ScalarMatchesTheReference) { check_all_bounds<isa::scalar>(); }
+TEST(DigestBoundKernels, NativeIsaMatchesTheReference) { check_all_bounds<simd::native_isa>(); }
+#if defined(MEMDECAY_SIMD_ENABLE_SSE)
+TEST(DigestBoundKernels, SseMatchesTheReference) { check_all_bounds<isa::sse>(); }
+#endif
+#if defined(MEMDECAY_SIMD_ENABLE_AVX2)
+TEST(DigestBoundKernels, Avx2MatchesTheReference) { check_all_bounds<isa::avx2>(); }
+#endif
+#if defined(MEMDECAY_SIMD_ENABLE_AVX512)
+TEST(DigestBoundKernels, Avx512MatchesTheReference) { check_all_bounds<isa::avx512>(); }
+#endif
+
+TEST(DigestBoundKernels, WideningLoadsAreTheScalarConversionBitForBit) {
+  for (half_format f : {half_format::f16, half_format::bf16}) {
+    check_widening<isa::scalar>(f);
+    check_widening<simd::native_isa>(f);
+  }
+}
+
+TEST(DigestBoundKernels, TheMinMaxBoundIsAnUpperBoundOfEveryKeysLogit) {
+  // Keys drawn per page, digested, narrowed to f16: every token's exact logit is below its page's bound.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const std::size_t D = 64, T = 16, pages = 20;
+  std::vector<float> keys(pages * T * D), query(D);
+  for (auto& k : keys) k = normal(rng);
+  for (auto& q : query) q = normal(rng);
+  std::vector<std::uint16_t> digests(pages * 2 * D);
+  for (std::size_t p = 0; p < pages; ++p)
+    for (std::size_t c = 0; c < D; ++c) {
+      float lo = keys[p * T * D + c], hi = lo;
+      for (std::size_t t = 1; t < T; ++t) {
+        lo = std::min(lo, keys[(p * T + t) * D + c]);
+        hi = std::max(hi, keys[(p * T + t) * D + c]);
+      }
+      digests[p * 2 * D + c] = simd::float_to_half(lo, half_format::f16, half_rounding::toward_minus);
+      digests[p * 2 * D + D + c] = simd::float_to_half(hi, half_format::f16, half_rounding::toward_plus);
+    }
+  std::vector<float> prepared(2 * D), out(pages);
+  simd::prepare_digest_query(query.data(), 1, D, simd::digest_kind::min_max, 1.0f, prepared.data());
+  simd::digest_bounds<simd::native_isa, std::uint16_t, half_format::f16>(
+      {1, 1, D, simd::digest_kind::min_max}, digests.data(), pages, prepared.data(), out.data(), pages);
+  for (std::size_t p = 0; p < pages; ++p)
+    for (std::size_t t = 0; t < T; ++t) {
+      double logit = 0;
+      for (std::size_t c = 0; c < D; ++c) logit += double{query[c]} * keys[(p * T + t) * D + c];
+      EXPECT_LE(logit, out[p] + 1e-4 * std::abs(out[p])) << "page " << p << " token " << t;
+    }
+}
+
+}  // namespace
