@@ -223,6 +223,8 @@ class harness {
     FUZZ_CHECK(st.now() == m_.now, where);
     FUZZ_CHECK(st.generation() == m_.generation, where + ": generation " + std::to_string(st.generation()) +
                                                      " vs model " + std::to_string(m_.generation));
+    if (seq_.has_digests())
+      FUZZ_CHECK(seq_.digests().num_pages() == seq_.num_pages(), where + ": digests and pages disagree");
     for (std::size_t i = 0; i < m_.kv_len(); ++i) {
       const auto& t = m_.tokens[i];
       FUZZ_CHECK(st.regions()[i] == t.region, where + ": region of token " + std::to_string(i));
@@ -741,16 +743,29 @@ class harness {
     FUZZ_CHECK(snap() == before, "a const call changed the state");
   }
 
-  /// Page digests and the attention-free signal within one call: enable a random layout, digest some pages from
-  /// keys (good, non-finite or beyond the storage's range), then observe a query (right or wrong length, or
-  /// non-finite), which must be exactly observe_pages of estimate_query_attention for the model; finally disable
-  /// the digests again (they are outside the model, and snapshots refuse them).
+  /// Page digests and the attention-free signal: enable a random layout (or keep the one enabled, or disable it),
+  /// digest some pages from keys (good, non-finite or beyond the storage's range), then observe a query (right or
+  /// wrong length, or non-finite), which must be exactly observe_pages of estimate_query_attention for the model.
+  /// The digests stay across calls: commits must take them with their pages (compare_all) and snapshots must
+  /// carry them (op_snapshot's digest comparison). Every digest change is a new generation, in the model too.
   void op_digests(reader& in) {
-    const std::size_t kv = 1 + in.u8() % 2, dim = 1 + in.u8() % 5, group = 1 + in.u8() % 2;
-    const auto storage = static_cast<memdecay::digest_storage>(in.u8() % 3);
-    const auto kind = in.flip(4) ? memdecay::digest_kind::mean_key : memdecay::digest_kind::min_max;
-    seq_.enable_digests({.kv_heads = kv, .head_dim = dim, .query_heads = kv * group, .kind = kind, .storage = storage});
-    FUZZ_CHECK(seq_.digests().num_pages() == seq_.num_pages(), "digests for every page");
+    if (seq_.has_digests() && in.flip(4)) {
+      seq_.disable_digests();
+      ++m_.generation;
+      return;
+    }
+    if (!seq_.has_digests() || in.flip(8)) {
+      const std::size_t kv = 1 + in.u8() % 2, dim = 1 + in.u8() % 5, group = 1 + in.u8() % 2;
+      const auto storage = static_cast<memdecay::digest_storage>(in.u8() % 3);
+      const auto kind = in.flip(4) ? memdecay::digest_kind::mean_key : memdecay::digest_kind::min_max;
+      seq_.enable_digests(
+          {.kv_heads = kv, .head_dim = dim, .query_heads = kv * group, .kind = kind, .storage = storage});
+      ++m_.generation;
+    }
+    const auto& layout = seq_.digests().layout();
+    const std::size_t kv = layout.kv_heads, dim = layout.head_dim, group = layout.effective_query_heads() / kv;
+    const auto storage = layout.storage;
+    const auto kind = layout.kind;
     const float values[] = {0.0f,
                             1.0f,
                             -2.5f,
@@ -792,7 +807,10 @@ class harness {
       const outcome got = run_call([&] { seq_.set_page_keys(p, keys); });
       expect(got, ok ? outcome::ok : outcome::input_error, "set_page_keys(" + std::to_string(keys.size()) + ")");
       if (got != outcome::ok) FUZZ_CHECK(seq_.digest() == before, "a rejected digest changed the sequence");
-      if (got == outcome::ok) FUZZ_CHECK(seq_.digests().has_digest(p), "a digest that was set is missing");
+      if (got == outcome::ok) {
+        FUZZ_CHECK(seq_.digests().has_digest(p), "a digest that was set is missing");
+        ++m_.generation;
+      }
     }
     std::vector<float> query(kv * group * dim);
     for (auto& q : query) q = static_cast<float>(static_cast<std::int8_t>(in.u8())) / 32;
@@ -820,7 +838,6 @@ class harness {
       expect(got, outcome::input_error, "observe_query of a bad query");
       check_unchanged_if_rejected(got, before, "observe_query");
     }
-    seq_.disable_digests();
   }
 
   /// save, then load: intact into a new sequence that replaces the fuzzed one (every later call is compared with

@@ -227,14 +227,21 @@ class basic_sequence {
 
   // --- page digests and the attention-free signal (digests/) -------------------------------------------------
   /// Keeps a key digest per page from now on (config_error for an invalid layout; nothing changes then). Every
-  /// existing page starts without a digest; enabling again with another layout forgets the digests held.
+  /// existing page starts without a digest; enabling again with another layout forgets the digests held. Every
+  /// change of the digests is a new generation (plans made before are stale; an incremental manager snapshot saves
+  /// the sequence again), and snapshots hold them (io/snapshot.hpp, format 2).
   void enable_digests(const digest_layout& layout) {
     page_digests d(layout);
     d.resize(num_pages());
     digests_ = std::move(d);
+    state_.touch();
   }
   /// Stops keeping digests (and forgets them).
-  void disable_digests() noexcept { digests_.reset(); }
+  void disable_digests() noexcept {
+    if (!digests_) return;
+    digests_.reset();
+    state_.touch();
+  }
   [[nodiscard]] bool has_digests() const noexcept { return digests_.has_value(); }
   /// The digests, in page order. usage_error unless enable_digests was called.
   [[nodiscard]] const page_digests& digests() const {
@@ -246,17 +253,20 @@ class basic_sequence {
   void set_page_digest(std::size_t page, std::span<const float> lo, std::span<const float> hi) {
     check_digests("set_page_digest");
     digests_->set_min_max(page, lo, hi);
+    state_.touch();
   }
   /// Page `page`'s mean-key digest (kv_heads x head_dim).
   void set_page_mean_key(std::size_t page, std::span<const float> mean) {
     check_digests("set_page_mean_key");
     digests_->set_mean_key(page, mean);
+    state_.touch();
   }
   /// Computes page `page`'s digest from its keys (tokens x kv_heads x head_dim). Appending tokens to a page that
   /// has a digest forgets it (the new keys are not in it); send it again when the page is full.
   void set_page_keys(std::size_t page, std::span<const float> keys) {
     check_digests("set_page_keys");
     digests_->set_from_keys(page, keys);
+    state_.touch();
   }
   /// Query head j's logit bound on page p into out[j * num_pages() + p] (page_digests::bounds: Quest's upper bound
   /// for min/max digests; +inf for a page without a digest). input_error for a query of the wrong length or a

@@ -271,6 +271,22 @@ class page_digests {
   [[nodiscard]] std::span<const std::uint16_t> raw_half() const noexcept { return half_; }
   [[nodiscard]] std::span<const std::uint8_t> presence() const noexcept { return present_; }
 
+  /// Digests from their stored form (a snapshot's; io/snapshot.hpp checks the values first): a presence byte per
+  /// page and the raw values of layout.storage. input_error unless the lengths fit the layout.
+  [[nodiscard]] static page_digests restore(const digest_layout& layout, std::vector<std::uint8_t> presence,
+                                            std::vector<float> f32, std::vector<std::uint16_t> half) {
+    page_digests d(layout);
+    const std::size_t n = presence.size() * layout.values_per_page();
+    const bool fits =
+        layout.storage == digest_storage::f32 ? f32.size() == n && half.empty() : half.size() == n && f32.empty();
+    if (!fits)
+      detail::raise_input("page digests: the stored values do not fit " + detail::to_text(presence.size()) + " pages");
+    d.present_ = std::move(presence);
+    d.f32_ = std::move(f32);
+    d.half_ = std::move(half);
+    return d;
+  }
+
   /// A digest of the layout, the presence bytes and every stored value.
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;

@@ -359,10 +359,11 @@ struct manager_snapshot_access {
     if (bytes.size() < payload_at) fail(where, snapshot::manager_header_bytes, "policy name", "truncated");
     if (header_crc(bytes.first(payload_at)) != head_crc)
       fail(where, 52, "header checksum", "the header is corrupted (CRC-32C mismatch)");
-    if (version != snapshot::format_version)
+    if (!snapshot::readable_version(version))
       fail(where, 8, "format version",
-           to_text(version) + "; this library (" + to_text(library_version_number()) + ") reads version " +
-               to_text(snapshot::format_version) + " (written by library " + to_text(library) + ")");
+           to_text(version) + "; this library (" + to_text(library_version_number()) + ") reads versions " +
+               to_text(snapshot::oldest_readable_version) + " to " + to_text(snapshot::format_version) +
+               " (written by library " + to_text(library) + ")");
     if (reserved != 0) fail(where, 19, "reserved field", to_text(reserved) + " (must be 0)");
     const std::string_view name(reinterpret_cast<const char*>(bytes.data() + snapshot::manager_header_bytes), name_len);
     if (name != P::name)

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,8 +44,15 @@ namespace memdecay {
 
 namespace snapshot {
 
-/// The format version this library writes and reads.
-inline constexpr std::uint32_t format_version = 1;
+/// The format version this library writes. It reads every version from oldest_readable_version up to it
+/// (docs/snapshot-format.md, "Versioning": version 1 has no page-digest section and loads as a sequence without
+/// digests).
+inline constexpr std::uint32_t format_version = 2;
+inline constexpr std::uint32_t oldest_readable_version = 1;
+/// Whether this library reads snapshots of format `version`.
+[[nodiscard]] constexpr bool readable_version(std::uint32_t version) noexcept {
+  return version >= oldest_readable_version && version <= format_version;
+}
 /// The first 8 bytes of every snapshot.
 inline constexpr std::array<char, 8> magic = {'M', 'D', 'S', 'N', 'A', 'P', '\r', '\n'};
 /// Bytes of the fixed part of the header (the policy name follows it).
@@ -374,10 +382,6 @@ struct snapshot_access {
     static_assert(
         requires(P & p, snapshot_writer & w) { p.snapshot_fields(w); },
         "this policy has no snapshot_fields(): it cannot be saved");
-    if (seq.has_digests())
-      raise_usage(
-          "snapshot save: this sequence keeps page digests, which snapshot format 1 does not hold; disable_digests() "
-          "before saving and send the digests again after the load");
     const auto& st = seq.state_;
     const std::string_view name = P::name;
     const std::size_t base = w.bytes().size();
@@ -408,7 +412,85 @@ struct snapshot_access {
     const std::uint32_t fields_before = w.fields();
     const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
     put_le(w.bytes(), count_at, w.fields() - fields_before);
+    save_digests(seq, w);
     seal_snapshot(header());
+  }
+
+  // --- the page-digest section (format 2; docs/snapshot-format.md) ---
+  template <class Seq>
+  static void save_digests(const Seq& seq, snapshot_writer& w) {
+    w.put(static_cast<std::uint8_t>(seq.digests_ ? 1 : 0));
+    if (!seq.digests_) return;
+    const page_digests& d = *seq.digests_;
+    const digest_layout& l = d.layout();
+    w.put(static_cast<std::uint64_t>(l.kv_heads));
+    w.put(static_cast<std::uint64_t>(l.head_dim));
+    w.put(static_cast<std::uint64_t>(l.query_heads));
+    w.put(static_cast<std::uint8_t>(l.kind));
+    w.put(static_cast<std::uint8_t>(l.storage));
+    w.put(l.scale);
+    w.put(static_cast<std::uint64_t>(d.num_pages()));
+    w.put_array(d.presence());
+    if (l.storage == digest_storage::f32)
+      w.put_array(d.raw_f32());
+    else
+      w.put_array(d.raw_half());
+  }
+  // Reads and checks the section into `out` (left empty when the snapshot has no digests); every check names the
+  // field and its offset. The values must be as page_digests writes them: finite, a minimum at most its maximum.
+  static void load_digests(snapshot_reader& r, std::size_t pages, std::optional<page_digests>& out) {
+    const auto present = r.get<std::uint8_t>("digests");
+    if (present > 1) r.fail("digests", to_text(present) + " (0 or 1)");
+    if (present == 0) return;
+    digest_layout l;
+    const std::size_t layout_at = r.offset();
+    l.kv_heads = static_cast<std::size_t>(r.get<std::uint64_t>("digest kv_heads"));
+    l.head_dim = static_cast<std::size_t>(r.get<std::uint64_t>("digest head_dim"));
+    l.query_heads = static_cast<std::size_t>(r.get<std::uint64_t>("digest query_heads"));
+    l.kind = static_cast<digest_kind>(r.get<std::uint8_t>("digest kind"));
+    l.storage = static_cast<digest_storage>(r.get<std::uint8_t>("digest storage"));
+    l.scale = r.get<double>("digest scale");
+    try {
+      l.validate();
+    } catch (const config_error& e) {
+      raise_input("snapshot digest layout at offset " + to_text(layout_at) + ": " + e.what());
+    }
+    if (r.get<std::uint64_t>("digest pages") != pages) r.fail("digest pages", "not the sequence's " + to_text(pages));
+    std::vector<std::uint8_t> presence(pages);
+    const std::size_t presence_at = r.offset();
+    r.get_bytes(std::as_writable_bytes(std::span<std::uint8_t>(presence)), "digest presence");
+    for (std::size_t p = 0; p < pages; ++p)
+      if (presence[p] > 1)
+        raise_input("snapshot digest presence at offset " + to_text(presence_at + p) + ": " + to_text(presence[p]) +
+                    " (0 or 1)");
+    const std::size_t per_page = l.values_per_page();
+    const std::size_t elem = l.storage == digest_storage::f32 ? 4 : 2;
+    if (pages > r.left() / (per_page * elem)) r.fail("digest values", "truncated");
+    std::vector<float> f32;
+    std::vector<std::uint16_t> half;
+    const std::size_t values_at = r.offset();
+    if (l.storage == digest_storage::f32) {
+      f32.resize(pages * per_page);
+      for (auto& v : f32) v = r.get<float>("digest values");
+    } else {
+      half.resize(pages * per_page);
+      for (auto& v : half) v = r.get<std::uint16_t>("digest values");
+    }
+    const auto fmt = l.storage == digest_storage::bf16 ? half_format::bf16 : half_format::f16;
+    auto value = [&](std::size_t i) { return f32.empty() ? simd::half_to_float(half[i], fmt) : f32[i]; };
+    const std::size_t D = l.head_dim;
+    for (std::size_t i = 0; i < pages * per_page; ++i)
+      if (!std::isfinite(value(i)))
+        raise_input("snapshot digest values at offset " + to_text(values_at + i * elem) + ": value " + to_text(i) +
+                    " is not finite");
+    if (l.kind == digest_kind::min_max)
+      for (std::size_t block = 0; block < pages * l.kv_heads; ++block)
+        for (std::size_t c = 0; c < D; ++c)
+          if (value(block * 2 * D + c) > value(block * 2 * D + D + c))
+            raise_input("snapshot digest values at offset " + to_text(values_at + (block * 2 * D + c) * elem) +
+                        ": page " + to_text(block / l.kv_heads) + " head " + to_text(block % l.kv_heads) + " channel " +
+                        to_text(c) + " has its minimum above its maximum");
+    out = page_digests::restore(l, std::move(presence), std::move(f32), std::move(half));
   }
 
   template <class Seq>
@@ -417,10 +499,6 @@ struct snapshot_access {
     using Float = typename Seq::float_type;
     if (target.managed())
       raise_usage("snapshot load: the target is owned by a manager (load it before the manager opens it)");
-    if (target.has_digests())
-      raise_usage(
-          "snapshot load: the target keeps page digests, which would not match the loaded pages; load "
-          "first, then enable_digests and send them");
     // --- the header ---
     snapshot_reader h(bytes, 0);
     h.need(snapshot::header_bytes, "header");
@@ -441,10 +519,10 @@ struct snapshot_access {
     const std::size_t payload_at = snapshot::header_bytes + name_len;
     if (snapshot_header_crc(bytes.first(payload_at)) != head_crc)
       raise_input("snapshot header checksum at offset 44: the header is corrupted (CRC-32C mismatch)");
-    if (version != snapshot::format_version)
+    if (!snapshot::readable_version(version))
       raise_input("snapshot format version at offset 8: " + to_text(version) + "; this library (" +
-                  to_text(library_version_number()) + ") reads version " + to_text(snapshot::format_version) +
-                  " (written by library " + to_text(library) + ")");
+                  to_text(library_version_number()) + ") reads versions " + to_text(snapshot::oldest_readable_version) +
+                  " to " + to_text(snapshot::format_version) + " (written by library " + to_text(library) + ")");
     if (reserved != 0) raise_input("snapshot reserved field at offset 18: " + to_text(reserved) + " (must be 0)");
     const std::string_view name(reinterpret_cast<const char*>(bytes.data() + snapshot::header_bytes), name_len);
     if (name != P::name)
@@ -507,11 +585,14 @@ struct snapshot_access {
     policy.snapshot_fields(r);
     if (r.fields() != fields)
       r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields()) + " read");
+    std::optional<page_digests> digests;
+    if (version >= 2) load_digests(r, pages, digests);  // version 1: no digests (the migration)
     if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the last field");
     policy.reserve(kv_len);
     st.reserve_for(0);
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
+    target.digests_ = std::move(digests);
     target.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the loaded generation is a content one
     target.advance_columns_at_ = 0;
   }
