@@ -74,3 +74,15 @@ def test_digests_leave_with_their_pages_and_grow_with_the_sequence(rng):
     assert seq.digest_bytes_per_page == 2 * 2 * 8 * 4 + 1
     seq.commit(seq.select(1))
     assert seq.num_pages == 2 and seq.pages_with_digest() == 1
+
+
+def test_snapshots_carry_the_digests(rng):
+    seq = sequence(storage="bf16")
+    for p in range(seq.num_pages):
+        seq.set_page_keys(p, rng.normal(size=(16, 16)).astype(np.float32))
+    query = rng.normal(size=32).astype(np.float32)
+    copy = md.Sequence(md.Config(page_size=16, protection=md.Protection(recent_tokens=0, sink_pages=0)))
+    copy.load(seq.save())
+    assert copy.has_digests and copy.pages_with_digest() == seq.num_pages
+    assert copy.digest() == seq.digest()
+    np.testing.assert_array_equal(copy.page_bounds(query), seq.page_bounds(query))
