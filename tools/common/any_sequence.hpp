@@ -53,6 +53,7 @@ struct query_signal_options {
   memdecay::query_signal how = memdecay::query_signal::bound_softmax;
   memdecay::digest_storage storage = memdecay::digest_storage::f16;
   bool last_query_only = false;  ///< estimate from the step's last query alone (what a decode step has)
+  bool key_norms = false;        ///< ignore the queries: observe the resident keys' norms (KnormPress)
 };
 /// How far the estimates were from the measured attention: the sum over steps of the total variation distance
 /// between the two per-page distributions (0: equal, 1: disjoint), and the steps.
@@ -152,6 +153,7 @@ class erased_sequence final : public any_sequence {
   void observe_queries(const query_step& q) override {
     if constexpr (has_digests) {
       if (!query_) any_sequence::observe_queries(q);
+      if (query_->key_norms) return observe_key_norms(q);
       if (!seq_.has_digests())
         seq_.enable_digests({.kv_heads = q.heads, .head_dim = q.head_dim, .storage = query_->storage});
       for (std::size_t p = 0; p < seq_.num_pages(); ++p)
@@ -166,17 +168,7 @@ class erased_sequence final : public any_sequence {
         const auto m = seq_.estimate_query_attention(q.queries.subspan(t * size, size), query_->how, q.total);
         for (std::size_t p = 0; p < pages; ++p) mass_[p] += m[p] / static_cast<float>(q.n - first);
       }
-      if (!q.exact.empty() && q.total > 0) {
-        double tv = 0;
-        const std::size_t P = seq_.page_size();
-        for (std::size_t p = 0; p < pages; ++p) {
-          double exact = 0;
-          for (std::size_t i = p * P; i < std::min(q.exact.size(), (p + 1) * P); ++i) exact += q.exact[i];
-          tv += std::abs(exact - static_cast<double>(mass_[p])) / q.total;
-        }
-        error_.tv_sum += tv / 2;
-        ++error_.steps;
-      }
+      measure(q, mass_);
       seq_.observe_pages(std::span<const float>(mass_));
     } else {
       any_sequence::observe_queries(q);
@@ -185,10 +177,57 @@ class erased_sequence final : public any_sequence {
   [[nodiscard]] signal_error signal_error_so_far() const override { return error_; }
 
  private:
+  // The total variation distance between the estimated per-page mass and the measured one.
+  void measure(const query_step& q, std::span<const float> page_mass) {
+    if (q.exact.empty() || !(q.total > 0)) return;
+    double tv = 0;
+    const std::size_t P = seq_.page_size();
+    for (std::size_t p = 0; p < page_mass.size(); ++p) {
+      double exact = 0;
+      for (std::size_t i = p * P; i < std::min(q.exact.size(), (p + 1) * P); ++i) exact += q.exact[i];
+      tv += std::abs(exact - static_cast<double>(page_mass[p])) / q.total;
+    }
+    error_.tv_sum += tv / 2;
+    ++error_.steps;
+  }
+  // KnormPress: each resident token's key norm (the mean over the stacked heads), computed once per position.
+  void observe_key_norms(const query_step& q) {
+    if constexpr (has_digests) {
+      const std::size_t n = seq_.kv_len(), P = seq_.page_size();
+      norms_.resize(n);
+      for (std::size_t p = 0; p * P < n; ++p) {
+        bool known = true;
+        for (std::size_t i = p * P; i < std::min(n, (p + 1) * P); ++i)
+          known = known && seq_.position_of(i) < by_position_.size() && by_position_[seq_.position_of(i)] >= 0;
+        if (!known) {
+          q.page_keys(p, keys_);
+          for (std::size_t i = p * P; i < std::min(n, (p + 1) * P); ++i) {
+            const float* k = keys_.data() + (i - p * P) * q.heads * q.head_dim;
+            double mean = 0;
+            for (std::size_t h = 0; h < q.heads; ++h) {
+              double sq = 0;
+              for (std::size_t c = 0; c < q.head_dim; ++c) sq += double{k[h * q.head_dim + c]} * k[h * q.head_dim + c];
+              mean += std::sqrt(sq);
+            }
+            const std::uint64_t pos = seq_.position_of(i);
+            if (by_position_.size() <= pos) by_position_.resize(pos + 1, -1.0f);
+            by_position_[pos] = static_cast<float>(mean / static_cast<double>(q.heads));
+          }
+        }
+        for (std::size_t i = p * P; i < std::min(n, (p + 1) * P); ++i) norms_[i] = by_position_[seq_.position_of(i)];
+      }
+      std::vector<float> mass(n), pages((n + P - 1) / P, 0.0f);
+      memdecay::key_norm_attention<float>(norms_, q.total, std::span<float>(mass));
+      for (std::size_t i = 0; i < n; ++i) pages[i / P] += mass[i];
+      measure(q, pages);
+      seq_.observe_key_norms(norms_, q.total);
+    }
+  }
+
   static constexpr bool has_digests = requires(Sequence & s, std::span<const float> q) { s.observe_query(q); };
   Sequence seq_;
   std::optional<query_signal_options> query_;
-  std::vector<float> keys_, mass_;
+  std::vector<float> keys_, mass_, norms_, by_position_;  // by_position_: key norm per absolute position (-1 unknown)
   signal_error error_;
 };
 

@@ -86,11 +86,12 @@ inline bool is_observation_variant(const std::string& variant) { return variant 
 /// (digests/query_signal.hpp), every layer's heads as KV heads:
 ///   query         bound_softmax: a page's estimated share is the softmax of its bound over the pages
 ///   query-tokens  bound_softmax_tokens: the same, each page weighted by its resident tokens
+///   knorm         no query either: each resident key's norm (KnormPress; digests/key_norm_signal.hpp)
 ///   query-last    bound_softmax from the step's last query only (a prefill chunk's other queries unused: each
 ///                 query's estimate covers every resident token, the chunk's later ones included, which the
 ///                 measured attention's causal mask hides from it; the last query sees them all)
 inline const std::vector<std::string>& query_signal_variants() {
-  static const std::vector<std::string> v{"query", "query-tokens", "query-last"};
+  static const std::vector<std::string> v{"query", "query-tokens", "query-last", "knorm"};
   return v;
 }
 inline bool is_query_signal_variant(const std::string& variant) {
@@ -117,13 +118,14 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
     k.name += "+" + variant;
     const auto how =
         variant == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax;
-    const bool last = variant == "query-last";
-    k.description += std::string("; attention-free: ") + md::to_string(how) + " over fp16 min/max page digests";
+    const bool last = variant == "query-last", knorm = variant == "knorm";
+    k.description += knorm ? std::string("; attention-free: key norms (KnormPress)")
+                           : std::string("; attention-free: ") + md::to_string(how) + " over fp16 min/max page digests";
     k.observes_queries = true;
     auto make = k.make;
-    k.make = [make, how, last](const md::config& cfg) {
+    k.make = [make, how, last, knorm](const md::config& cfg) {
       auto seq = make(cfg);
-      seq->use_query_signal({.how = how, .last_query_only = last});
+      seq->use_query_signal({.how = how, .last_query_only = last, .key_norms = knorm});
       return seq;
     };
     return k;

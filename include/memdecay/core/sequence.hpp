@@ -41,6 +41,7 @@
 #include "memdecay/core/attention.hpp"
 #include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/digests/key_norm_signal.hpp"
 #include "memdecay/digests/page_digests.hpp"
 #include "memdecay/digests/query_signal.hpp"
 #include "memdecay/detail/error.hpp"
@@ -283,6 +284,17 @@ class basic_sequence {
                             double total = 1.0) {
     const auto mass = estimate_query_attention(query, how, total);
     return observe_pages(std::span<const Float>(mass));
+  }
+  /// Observes the attention estimated from the resident tokens' key norms (KnormPress: a low norm, a high share;
+  /// digests/key_norm_signal.hpp), summing to `total`, for engines that see neither attention nor want digests.
+  /// input_error, changing nothing, for a wrong length or a negative or non-finite norm.
+  std::size_t observe_key_norms(std::span<const float> norms, double total = 1.0) {
+    if (norms.size() != kv_len())
+      detail::raise_input("key norms have " + detail::to_text(norms.size()) + " entries, expected " +
+                          detail::to_text(kv_len()));
+    std::vector<Float> mass(norms.size());
+    key_norm_attention<Float>(norms, total, std::span<Float>(mass));
+    return observe_tokens(std::span<const Float>(mass));
   }
   /// The per-page mass observe_query would observe, without observing it.
   [[nodiscard]] std::vector<Float> estimate_query_attention(std::span<const float> query,
