@@ -78,26 +78,30 @@ struct digest_layout {
 
   /// config_error naming the field unless every field is valid.
   void validate() const {
+    const std::string why = problem();
+    if (!why.empty()) detail::raise_config(why);
+  }
+  /// What is invalid, naming the field (empty when every field is valid): validate's message, without throwing.
+  [[nodiscard]] std::string problem() const {
     constexpr std::size_t limit = std::size_t{1} << 20;  // far above any model; keeps every product in range
     if (kv_heads == 0 || kv_heads > limit)
-      detail::raise_config("digest_layout.kv_heads = " + detail::to_text(kv_heads) + " (must be in [1, 2^20])");
+      return "digest_layout.kv_heads = " + detail::to_text(kv_heads) + " (must be in [1, 2^20])";
     if (head_dim == 0 || head_dim > limit)
-      detail::raise_config("digest_layout.head_dim = " + detail::to_text(head_dim) + " (must be in [1, 2^20])");
+      return "digest_layout.head_dim = " + detail::to_text(head_dim) + " (must be in [1, 2^20])";
     if (query_heads > limit || effective_query_heads() % kv_heads != 0)
-      detail::raise_config("digest_layout.query_heads = " + detail::to_text(query_heads) +
-                           " (must be a multiple of kv_heads = " + detail::to_text(kv_heads) + ", at most 2^20)");
+      return "digest_layout.query_heads = " + detail::to_text(query_heads) +
+             " (must be a multiple of kv_heads = " + detail::to_text(kv_heads) + ", at most 2^20)";
     if (kv_heads * head_dim > limit * 16)
-      detail::raise_config("digest_layout: kv_heads x head_dim = " + detail::to_text(kv_heads * head_dim) +
-                           " exceeds 2^24");
+      return "digest_layout: kv_heads x head_dim = " + detail::to_text(kv_heads * head_dim) + " exceeds 2^24";
     if (kind != digest_kind::min_max && kind != digest_kind::mean_key)
-      detail::raise_config("digest_layout.kind = " + detail::to_text(static_cast<int>(kind)) + " is not a kind");
+      return "digest_layout.kind = " + detail::to_text(static_cast<int>(kind)) + " is not a kind";
     if (storage != digest_storage::f32 && storage != digest_storage::f16 && storage != digest_storage::bf16)
-      detail::raise_config("digest_layout.storage = " + detail::to_text(static_cast<int>(storage)) +
-                           " is not a storage type");
+      return "digest_layout.storage = " + detail::to_text(static_cast<int>(storage)) + " is not a storage type";
     if (!std::isfinite(scale) || scale < 0 || !(static_cast<float>(effective_scale()) > 0.0f) ||
         !std::isfinite(static_cast<float>(effective_scale())))
-      detail::raise_config("digest_layout.scale = " + detail::to_text(scale) +
-                           " (must be finite and > 0 as a float; 0 for 1/sqrt(head_dim))");
+      return "digest_layout.scale = " + detail::to_text(scale) +
+             " (must be finite and > 0 as a float; 0 for 1/sqrt(head_dim))";
+    return {};
   }
   bool operator==(const digest_layout&) const = default;
 };

@@ -450,11 +450,8 @@ struct snapshot_access {
     l.kind = static_cast<digest_kind>(r.get<std::uint8_t>("digest kind"));
     l.storage = static_cast<digest_storage>(r.get<std::uint8_t>("digest storage"));
     l.scale = r.get<double>("digest scale");
-    try {
-      l.validate();
-    } catch (const config_error& e) {
-      raise_input("snapshot digest layout at offset " + to_text(layout_at) + ": " + e.what());
-    }
+    if (const std::string why = l.problem(); !why.empty())
+      raise_input("snapshot digest layout at offset " + to_text(layout_at) + ": " + why);
     if (r.get<std::uint64_t>("digest pages") != pages) r.fail("digest pages", "not the sequence's " + to_text(pages));
     std::vector<std::uint8_t> presence(pages);
     const std::size_t presence_at = r.offset();
