@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writes the seed corpus of the snapshot fuzzer (corpus/snapshot): a snapshot of every policy's sequence with some
-// history (and of an empty one), plus a truncated and a corrupted copy. Run from the repository root:
+// history (and of an empty one), the same with page digests (format 2), plus a truncated and a corrupted copy. The
+// committed seed_empty_/seed_history_/bad_ files are format 1 (kept as they were: they cover the migration), the
+// seed_digests_ files format 2. Run from the repository root (then restore the format-1 files with git checkout):
 //     g++ -std=c++20 -Iinclude -I/usr/include/eigen3 tests/fuzz/make_snapshot_seeds.cpp -o /tmp/seeds && /tmp/seeds
 #include <cstdio>
 #include <fstream>
@@ -33,6 +35,14 @@ void seeds() {
   auto flipped = b;
   flipped[flipped.size() - 3] ^= std::byte{0x10};
   write("bad_flipped_" + name, flipped);
+  // Format 2's page-digest section: f16 min/max digests on some pages.
+  seq.enable_digests({.kv_heads = 2, .head_dim = 3, .query_heads = 4, .storage = memdecay::digest_storage::f16});
+  for (std::size_t p = 0; p < seq.num_pages(); p += 2) {
+    std::vector<float> keys(2 * 2 * 3);
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<float>((i * 5 + p) % 7) - 3.0f;
+    seq.set_page_keys(p, keys);
+  }
+  write("seed_digests_" + name, memdecay::snapshot::save(seq));
 }
 
 template <class... Seq>
