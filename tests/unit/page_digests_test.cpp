@@ -189,6 +189,12 @@ TEST(QuerySignal, EstimatesSumToTheTotalAndFollowTheBounds) {
   estimate_page_attention<double>(bounds, 2, tokens, query_signal::bound_softmax_tokens, 2.0, m);
   EXPECT_NEAR(m[0] + m[1] + m[2], 2.0, 1e-12);
   EXPECT_NEAR(m[2], 2.0 * (12.0 / (16 + 48 + 12) + 4.0 / 36) / 2, 1e-7);
+  // Bounds that overflowed to -inf everywhere: the head spreads its share evenly.
+  const std::vector<float> sunk = {-inf, -inf, -inf};
+  std::vector<double> even(3);
+  estimate_page_attention<double>(sunk, 1, tokens, query_signal::bound_softmax, 1.0, even);
+  EXPECT_NEAR(even[0], 1.0 / 3, 1e-12);
+  EXPECT_NEAR(even[2], 1.0 / 3, 1e-12);
   std::vector<double> wrong(2);
   EXPECT_THROW(estimate_page_attention<double>(bounds, 2, tokens, query_signal::bound_softmax, 1.0, wrong),
                input_error);

@@ -71,8 +71,11 @@ void estimate_page_attention(std::span<const float> bounds, std::size_t query_he
       w[p] = count * std::exp(bp - top);
       sum += w[p];
     }
-    if (sum > 0)
+    if (sum > 0) {
       for (std::size_t p = 0; p < pages; ++p) acc[p] += w[p] / sum;
+    } else {  // every bound -inf (overflowed below): nothing tells the pages apart
+      for (std::size_t p = 0; p < pages; ++p) acc[p] += 1.0 / static_cast<double>(pages);
+    }
   }
   for (std::size_t p = 0; p < pages; ++p)
     out[p] = static_cast<Float>(total * acc[p] / static_cast<double>(query_heads));
