@@ -785,13 +785,15 @@ class harness {
       for (auto& k : keys)
         k = in.flip(3) ? in.pick(values) : static_cast<float>(static_cast<std::int8_t>(in.u8())) / 16;
       if (in.flip(16)) keys.pop_back();  // a length that is not whole tokens
-      // Rejected: a wrong length, a non-finite key, or one beyond the storage's range. A mean-key digest can also
-      // overflow to infinity in f16 (the mean of 1e5 and 1e5) and is checked the same way.
+      // Rejected: a wrong length, a non-finite key, or a stored value beyond the storage's range.
       bool ok = !keys.empty() && keys.size() % row == 0;
       const double limit = storage == memdecay::digest_storage::f16    ? 65504.0
                            : storage == memdecay::digest_storage::bf16 ? 3.3895313892515355e38
                                                                        : std::numeric_limits<double>::infinity();
-      for (float k : keys) ok = ok && std::isfinite(k) && std::abs(double{k}) <= limit;
+      // A min/max digest stores keys' extremes, so every key must fit the storage; a mean-key digest only the mean
+      // (checked below: a key of -1e5 among small ones has an f16 mean).
+      for (float k : keys)
+        ok = ok && std::isfinite(k) && (kind == memdecay::digest_kind::mean_key || std::abs(double{k}) <= limit);
       if (ok && kind == memdecay::digest_kind::mean_key && storage != memdecay::digest_storage::f32) {
         const std::size_t tokens = keys.size() / row;
         for (std::size_t i = 0; i < row && ok; ++i) {
