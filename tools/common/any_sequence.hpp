@@ -15,12 +15,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <stdexcept>
-#include <vector>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/core/config.hpp>
@@ -93,10 +93,7 @@ class any_sequence {
   [[nodiscard]] virtual signal_error signal_error_so_far() const { return {}; }
   /// From now on observe(mass) sums the mass per page and observes it with observe_pages (each page's mass shared
   /// evenly among its tokens), as an engine that reduces attention per page on the GPU would.
-  virtual void observe_per_page() { page_observation_ = true; }
-
- protected:
-  bool page_observation_ = false;
+  virtual void observe_per_page() = 0;
 };
 
 /// any_sequence over one sequence type.
@@ -111,11 +108,10 @@ class erased_sequence final : public any_sequence {
       seq_.observe_tokens(mass);
       return;
     }
-    const std::size_t P = seq_.page_size();
-    mass_.assign(seq_.num_pages(), 0.0f);
-    for (std::size_t i = 0; i < mass.size(); ++i) mass_[std::min(i / P, mass_.size() - 1)] += mass[i];
+    per_page(mass, mass_);
     seq_.observe_pages(std::span<const float>(mass_));
   }
+  void observe_per_page() override { page_observation_ = true; }
   void advance_to(memdecay::step_t step) override {
     if (step > seq_.now()) seq_.advance_to(step);
   }
@@ -177,16 +173,19 @@ class erased_sequence final : public any_sequence {
   [[nodiscard]] signal_error signal_error_so_far() const override { return error_; }
 
  private:
+  // A per-token row summed per resident page (page order, as the sequence's tokens).
+  void per_page(std::span<const float> per_token, std::vector<float>& out) const {
+    const std::size_t P = seq_.page_size();
+    out.assign(seq_.num_pages(), 0.0f);
+    for (std::size_t i = 0; i < per_token.size() && i / P < out.size(); ++i) out[i / P] += per_token[i];
+  }
   // The total variation distance between the estimated per-page mass and the measured one.
   void measure(const query_step& q, std::span<const float> page_mass) {
     if (q.exact.empty() || !(q.total > 0)) return;
+    per_page(q.exact, exact_pages_);
     double tv = 0;
-    const std::size_t P = seq_.page_size();
-    for (std::size_t p = 0; p < page_mass.size(); ++p) {
-      double exact = 0;
-      for (std::size_t i = p * P; i < std::min(q.exact.size(), (p + 1) * P); ++i) exact += q.exact[i];
-      tv += std::abs(exact - static_cast<double>(page_mass[p])) / q.total;
-    }
+    for (std::size_t p = 0; p < page_mass.size(); ++p)
+      tv += std::abs(static_cast<double>(exact_pages_[p]) - static_cast<double>(page_mass[p])) / q.total;
     error_.tv_sum += tv / 2;
     ++error_.steps;
   }
@@ -216,9 +215,9 @@ class erased_sequence final : public any_sequence {
         }
         for (std::size_t i = p * P; i < std::min(n, (p + 1) * P); ++i) norms_[i] = by_position_[seq_.position_of(i)];
       }
-      std::vector<float> mass(n), pages((n + P - 1) / P, 0.0f);
+      std::vector<float> mass(n), pages;
       memdecay::key_norm_attention<float>(norms_, q.total, std::span<float>(mass));
-      for (std::size_t i = 0; i < n; ++i) pages[i / P] += mass[i];
+      per_page(mass, pages);
       measure(q, pages);
       seq_.observe_key_norms(norms_, q.total);
     }
@@ -227,7 +226,9 @@ class erased_sequence final : public any_sequence {
   static constexpr bool has_digests = requires(Sequence & s, std::span<const float> q) { s.observe_query(q); };
   Sequence seq_;
   std::optional<query_signal_options> query_;
+  bool page_observation_ = false;                         // observe_per_page
   std::vector<float> keys_, mass_, norms_, by_position_;  // by_position_: key norm per absolute position (-1 unknown)
+  std::vector<float> exact_pages_;
   signal_error error_;
 };
 

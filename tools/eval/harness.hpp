@@ -143,7 +143,6 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
   return out;
 }
 
-/// One policy run of one episode (from a fork of the full cache, or from scratch).
 // A policy on the attention-free signal sees the step's queries (every layer's heads stacked, as the session's
 // page_keys stacks the keys) instead of the attention; `exact` (the layer-summed row) only measures the estimate.
 template <class Session, class Step>
@@ -173,6 +172,7 @@ void observe_queries(memdecay_tools::any_sequence& policy, const Session& sessio
   }
 }
 
+/// One policy run of one episode (from a fork of the full cache, or from scratch).
 template <class Session>
 run_result run_policy(const episode& ep, const schedule& sch, const episode_vocab& vocab,
                       const session_factory<Session>& make, const config_spec& spec, std::size_t budget_index,

@@ -99,35 +99,35 @@ inline bool is_query_signal_variant(const std::string& variant) {
   return std::find(v.begin(), v.end(), variant) != v.end();
 }
 
+/// `kind` renamed "<name>+<variant>", each sequence it makes set up by `setup(sequence)` (how it observes).
+template <class Setup>
+policy_kind observing_variant(policy_kind k, const std::string& variant, const std::string& description, Setup setup) {
+  k.name += "+" + variant;
+  k.description += "; " + description;
+  k.make = [make = k.make, setup](const md::config& cfg) {
+    auto seq = make(cfg);
+    setup(*seq);
+    return seq;
+  };
+  return k;
+}
+
 inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
                                      const memdecay_options& m = {}) {
-  if (is_observation_variant(variant)) {
-    policy_kind k = memdecay_kind(mode, m);
-    k.name += "+" + variant;
-    k.description += "; measured attention observed per page";
-    auto make = k.make;
-    k.make = [make](const md::config& cfg) {
-      auto seq = make(cfg);
-      seq->observe_per_page();
-      return seq;
-    };
-    return k;
-  }
+  if (is_observation_variant(variant))
+    return observing_variant(memdecay_kind(mode, m), variant, "measured attention observed per page",
+                             [](memdecay_tools::any_sequence& s) { s.observe_per_page(); });
   if (is_query_signal_variant(variant)) {
-    policy_kind k = memdecay_kind(mode, m);
-    k.name += "+" + variant;
-    const auto how =
-        variant == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax;
-    const bool last = variant == "query-last", knorm = variant == "knorm";
-    k.description += knorm ? std::string("; attention-free: key norms (KnormPress)")
-                           : std::string("; attention-free: ") + md::to_string(how) + " over fp16 min/max page digests";
+    const memdecay_tools::query_signal_options o{
+        .how = variant == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax,
+        .last_query_only = variant == "query-last",
+        .key_norms = variant == "knorm"};
+    policy_kind k = observing_variant(
+        memdecay_kind(mode, m), variant,
+        o.key_norms ? std::string("attention-free: key norms (KnormPress)")
+                    : std::string("attention-free: ") + md::to_string(o.how) + " over fp16 min/max page digests",
+        [o](memdecay_tools::any_sequence& s) { s.use_query_signal(o); });
     k.observes_queries = true;
-    auto make = k.make;
-    k.make = [make, how, last, knorm](const md::config& cfg) {
-      auto seq = make(cfg);
-      seq->use_query_signal({.how = how, .last_query_only = last, .key_norms = knorm});
-      return seq;
-    };
     return k;
   }
   memdecay_options o = m;

@@ -209,10 +209,10 @@ class page_digests {
                             " (must be ascending, distinct and below " + detail::to_text(num_pages()) + ")");
     if (pages.empty()) return;
     if (layout_.storage == digest_storage::f32)
-      compact(f32_, pages);
+      compact(f32_, layout_.values_per_page(), pages);
     else
-      compact(half_, pages);
-    compact_present(pages);
+      compact(half_, layout_.values_per_page(), pages);
+    compact(present_, 1, pages);  // last: the others read num_pages() from it
   }
 
   /// Query head j's bound of page p into out[j * num_pages() + p] (out has query_heads x num_pages() entries):
@@ -359,9 +359,10 @@ class page_digests {
       }
     present_[page] = 1;
   }
+  // Closes the gaps of the removed pages in a page-major array of `per` values per page (sequence_state's
+  // compaction, for the digests' arrays).
   template <class T>
-  void compact(std::vector<T>& values, std::span<const std::size_t> pages) noexcept {
-    const std::size_t per = layout_.values_per_page();
+  void compact(std::vector<T>& values, std::size_t per, std::span<const std::size_t> pages) const noexcept {
     std::size_t write_page = pages.front(), next = 0;
     for (std::size_t read_page = pages.front(); read_page < num_pages(); ++read_page) {
       if (next < pages.size() && pages[next] == read_page) {
@@ -373,17 +374,6 @@ class page_digests {
       ++write_page;
     }
     values.resize(values.size() - pages.size() * per);
-  }
-  void compact_present(std::span<const std::size_t> pages) noexcept {
-    std::size_t write_page = pages.front(), next = 0;
-    for (std::size_t read_page = pages.front(); read_page < num_pages(); ++read_page) {
-      if (next < pages.size() && pages[next] == read_page) {
-        ++next;
-        continue;
-      }
-      present_[write_page++] = present_[read_page];
-    }
-    present_.resize(present_.size() - pages.size());
   }
 
   digest_layout layout_;
