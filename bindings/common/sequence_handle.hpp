@@ -94,6 +94,21 @@ class sequence_handle {
   virtual std::size_t observe_query(std::span<const float> query, md::query_signal how, double total) = 0;
   [[nodiscard]] virtual std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
                                                                     double total) const = 0;
+  // The host tier (tiers/host_tier.hpp).
+  virtual void enable_host_tier(const md::host_tier_config& cfg) = 0;
+  virtual void disable_host_tier() = 0;
+  [[nodiscard]] virtual const md::page_residencies* host_tier() const = 0;  ///< null without a host tier
+  [[nodiscard]] virtual std::size_t device_len() const = 0;
+  [[nodiscard]] virtual std::size_t device_pages() const = 0;
+  [[nodiscard]] virtual std::size_t device_index(std::size_t page) const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall(std::span<const float> query,
+                                                      std::span<const std::size_t> prot) const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
+                                                                 std::span<const std::size_t> prot) const = 0;
+  virtual void check_recall(const md::recall_plan& plan) const = 0;
+  virtual void commit_recall(const md::recall_plan& plan) = 0;
+  virtual md::recall_commit<std::int32_t> commit_recall(const md::recall_plan& plan, pool_type& table,
+                                                        std::uint64_t seq) = 0;
   [[nodiscard]] virtual std::vector<std::uint64_t> positions() const = 0;
   [[nodiscard]] virtual std::vector<md::region_id> labels() const = 0;
   [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary() const = 0;
@@ -110,17 +125,7 @@ class sequence_handle {
   [[nodiscard]] virtual std::unique_ptr<sequence_handle> copy() const = 0;
 };
 
-inline const char* status_name(md::page_status s) {
-  switch (s) {
-    case md::page_status::evictable: return "evictable";
-    case md::page_status::pinned: return "pinned";
-    case md::page_status::sink: return "sink";
-    case md::page_status::recent: return "recent";
-    case md::page_status::partial: return "partial";
-    case md::page_status::protected_: return "protected";
-  }
-  return "?";
-}
+inline const char* status_name(md::page_status s) { return md::to_string(s); }
 
 /// sequence_handle over a policy_sequence; `Access` gives the sequence (owned, or a manager's by id).
 template <class Seq, class Access>
@@ -214,6 +219,28 @@ class handle_impl final : public sequence_handle {
   [[nodiscard]] std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
                                                             double total) const override {
     return get().estimate_query_attention(query, how, total);
+  }
+  void enable_host_tier(const md::host_tier_config& cfg) override { get().enable_host_tier(cfg); }
+  void disable_host_tier() override { get().disable_host_tier(); }
+  [[nodiscard]] const md::page_residencies* host_tier() const override {
+    return get().has_host_tier() ? &get().host_tier() : nullptr;
+  }
+  [[nodiscard]] std::size_t device_len() const override { return get().device_len(); }
+  [[nodiscard]] std::size_t device_pages() const override { return get().device_pages(); }
+  [[nodiscard]] std::size_t device_index(std::size_t page) const override { return get().device_index(page); }
+  [[nodiscard]] md::recall_plan select_recall(std::span<const float> query,
+                                              std::span<const std::size_t> prot) const override {
+    return get().select_recall(query, prot);
+  }
+  [[nodiscard]] md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
+                                                         std::span<const std::size_t> prot) const override {
+    return get().select_recall_for_bounds(bounds, prot);
+  }
+  void check_recall(const md::recall_plan& plan) const override { get().check_recall(plan); }
+  void commit_recall(const md::recall_plan& plan) override { get().commit_recall(plan); }
+  md::recall_commit<std::int32_t> commit_recall(const md::recall_plan& plan, pool_type& table,
+                                                std::uint64_t seq) override {
+    return get().commit_recall(plan, table, seq);
   }
   [[nodiscard]] std::vector<std::uint64_t> positions() const override { return get().positions(); }
   [[nodiscard]] std::vector<md::region_id> labels() const override {

@@ -51,6 +51,8 @@ void bind_sequence(py::module_& m) {
                         "generation it was made at; commit rejects a stale plan (UsageError).")
       .def_property_readonly("pages", [](const plan_type& p) { return to_numpy(p.pages); })
       .def_property_readonly("scores", [](const plan_type& p) { return to_numpy(p.scores); })
+      .def_property_readonly("demoted", [](const plan_type& p) { return to_numpy(p.demoted); })
+      .def_property_readonly("host_dropped", [](const plan_type& p) { return to_numpy(p.host_dropped); })
       .def_readonly("requested", &plan_type::requested)
       .def_readonly("pages_over_budget", &plan_type::pages_over_budget)
       .def_readonly("page_size", &plan_type::page_size)
@@ -61,6 +63,24 @@ void bind_sequence(py::module_& m) {
       .def("__repr__", [](const plan_type& p) {
         return "Plan(pages=" + py::repr(py::cast(p.pages)).cast<std::string>() +
                ", generation=" + std::to_string(p.generation) + ")";
+      });
+
+  py::class_<md::recall_plan>(m, "RecallPlan",
+                              "A host tier's recall plan (phase 1 of two): host pages to promote (best bound first, "
+                              "listed ascending), device pages to demote or drop to make room; commit_recall rejects "
+                              "a stale one (UsageError).")
+      .def_property_readonly("promote", [](const md::recall_plan& r) { return to_numpy(r.promote); })
+      .def_property_readonly("promote_bounds", [](const md::recall_plan& r) { return to_numpy(r.promote_bounds); })
+      .def_property_readonly("demote", [](const md::recall_plan& r) { return to_numpy(r.demote); })
+      .def_property_readonly("drop", [](const md::recall_plan& r) { return to_numpy(r.drop); })
+      .def_readonly("page_size", &md::recall_plan::page_size)
+      .def_readonly("generation", &md::recall_plan::generation)
+      .def_property_readonly("pages_moved", &md::recall_plan::pages_moved)
+      .def("__bool__", [](const md::recall_plan& r) { return !r.empty(); })
+      .def("__repr__", [](const md::recall_plan& r) {
+        return "RecallPlan(promote=" + py::repr(py::cast(r.promote)).cast<std::string>() +
+               ", demote=" + py::repr(py::cast(r.demote)).cast<std::string>() +
+               ", drop=" + py::repr(py::cast(r.drop)).cast<std::string>() + ")";
       });
 
   py::class_<page_breakdown>(m, "PageExplanation", "A page's score by term (MemDecay).")
@@ -247,6 +267,82 @@ void bind_sequence(py::module_& m) {
           },
           py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0,
           "The per-page attention observe_query would observe (num_pages entries summing to total).")
+      .def(
+          "enable_host_tier",
+          [](H& s, const py::object& host_budget, double min_host_priority, double hysteresis,
+             md::step_t min_device_steps, const py::object& max_recall_pages) {
+            md::host_tier_config c{.min_host_priority = min_host_priority,
+                                   .hysteresis = hysteresis,
+                                   .min_device_steps = min_device_steps};
+            if (!host_budget.is_none()) c.host_budget = host_budget.cast<md::budget_config>();
+            if (!max_recall_pages.is_none()) c.max_recall_pages = max_recall_pages.cast<std::size_t>();
+            s.enable_host_tier(c);
+          },
+          py::arg("host_budget") = py::none(), py::arg("min_host_priority") = 0.0, py::arg("hysteresis") = 0.0,
+          py::arg("min_device_steps") = 4, py::arg("max_recall_pages") = py::none(),
+          "Demotes the budget's victims to a host tier instead of dropping them (tiers/host_tier.hpp): host_budget "
+          "a Budget (None: unlimited), a page goes to host only if one of its regions has base priority >= "
+          "min_host_priority. ConfigError naming the field; UsageError for a managed sequence.")
+      .def("disable_host_tier", &H::disable_host_tier,
+           "Stops demoting; UsageError while pages are on the host (they would be lost).")
+      .def_property_readonly("has_host_tier", [](const H& s) { return s.host_tier() != nullptr; })
+      .def_property_readonly("device_len", &H::device_len, "Tokens on the device: what observations cover.")
+      .def_property_readonly("device_pages", &H::device_pages)
+      .def_property_readonly("host_pages",
+                             [](const H& s) { return s.host_tier() ? s.host_tier()->host_pages() : std::size_t{0}; })
+      .def(
+          "on_host",
+          [](const H& s) {
+            std::vector<bool> out(s.num_pages(), false);
+            if (const auto* t = s.host_tier())
+              for (std::size_t p = 0; p < out.size(); ++p) out[p] = t->on_host(p);
+            py::array_t<bool> a(static_cast<py::ssize_t>(out.size()));
+            for (std::size_t p = 0; p < out.size(); ++p) a.mutable_data()[p] = out[p];
+            return a;
+          },
+          "Per held page: True on the host tier, False on the device.")
+      .def("device_index", &H::device_index, py::arg("page"),
+           "A device page's index in the device page table (InputError for a host page).")
+      .def(
+          "select_recall",
+          [](const H& s, const py::object& query, const py::object& protect) {
+            const auto q = float_values(query, "query");
+            const auto prot = page_list(protect);
+            py::gil_scoped_release release;
+            return s.select_recall(values_of(q), prot);
+          },
+          py::arg("query"), py::arg("protect") = py::none(),
+          "The recall plan for the step's query (query_heads x head_dim): needs a host tier and page digests.")
+      .def(
+          "select_recall_for_bounds",
+          [](const H& s, const py::object& bounds, const py::object& protect) {
+            const auto b = float_values(bounds, "bounds");
+            const auto prot = page_list(protect);
+            py::gil_scoped_release release;
+            return s.select_recall_for_bounds(values_of(b), prot);
+          },
+          py::arg("bounds"), py::arg("protect") = py::none(),
+          "The recall plan from per-page bounds the engine computed (one per held page).")
+      .def("check_recall", &H::check_recall, py::arg("plan"))
+      .def(
+          "commit_recall",
+          [](H& s, const md::recall_plan& plan, const py::object& table, const py::object& seq) -> py::object {
+            if (table.is_none()) {
+              s.commit_recall(plan);
+              return py::none();
+            }
+            if (seq.is_none()) raise_argument("seq", "the table's id of this sequence is required with a table");
+            if (!py::isinstance<pool_type>(table))
+              raise_argument("table", "a BlockPool (the table that can insert the promoted pages)");
+            auto done = s.commit_recall(plan, table.cast<pool_type&>(), seq.cast<std::uint64_t>());
+            py::dict out;
+            out["inserted"] = to_numpy(done.inserted);
+            out["removed"] = py::cast(std::move(done.removed));
+            return out;
+          },
+          py::arg("plan"), py::arg("table") = py::none(), py::arg("seq") = py::none(),
+          "Applies a recall plan (phase 2): with a BlockPool, removes the displaced pages and inserts the promoted "
+          "ones in fresh blocks (returns {'inserted': blocks in page order, 'removed': PageRemoval}).")
       .def(
           "select",
           [](const H& s, std::size_t k, const py::object& protect) {

@@ -84,6 +84,15 @@ void bind_tables(py::module_& m) {
             return p.remove_pages(seq, list);
           },
           py::arg("seq"), py::arg("pages"))
+      .def(
+          "insert_pages",
+          [](pool_type& p, std::uint64_t seq, const py::object& positions) {
+            const auto list = page_list(positions);
+            return to_numpy(p.insert_pages(seq, list));
+          },
+          py::arg("seq"), py::arg("positions"),
+          "Inserts full pages at the ascending final positions, each in a fresh block (a host tier's recall); "
+          "returns the blocks.")
       .def("consistent", &pool_type::consistent);
 
   py::class_<vllm_view> vllm(

@@ -2,7 +2,8 @@
 // Writes the seed corpus of the snapshot fuzzer (corpus/snapshot): a snapshot of every policy's sequence with some
 // history (and of an empty one), the same with page digests (format 2), plus a truncated and a corrupted copy. The
 // committed seed_empty_/seed_history_/bad_ files are format 1 (kept as they were: they cover the migration), the
-// seed_digests_ files format 2. Run from the repository root (then restore the format-1 files with git checkout):
+// seed_digests_ files format 2, the seed_tier_ files format 3 (a host tier with pages on it). Run from the
+// repository root (then restore the older files with git checkout):
 //     g++ -std=c++20 -Iinclude -I/usr/include/eigen3 tests/fuzz/make_snapshot_seeds.cpp -o /tmp/seeds && /tmp/seeds
 #include <cstdio>
 #include <fstream>
@@ -43,6 +44,12 @@ void seeds() {
     seq.set_page_keys(p, keys);
   }
   write("seed_digests_" + name, memdecay::snapshot::save(seq));
+  // Format 3's host-tier section: pages demoted to a bounded host tier by the region rule.
+  seq.enable_host_tier({.host_budget = memdecay::budget_config::pages(3), .min_host_priority = 0.35});
+  seq.append(memdecay::regions::user, 12);
+  seq.advance_to(seq.now() + 2);
+  seq.commit(seq.select_for_budget());
+  write("seed_tier_" + name, memdecay::snapshot::save(seq));
 }
 
 template <class... Seq>

@@ -45,14 +45,17 @@ void try_load(std::span<const std::byte> bytes) {
     fail("load threw something other than input_error:", e.what());
   }
   const auto again = md::snapshot::save(target);
-  // A version-1 snapshot saves again as version 2: the same bytes, then the "no digests" byte (the migration of
-  // docs/snapshot-format.md), with its own version, payload length and checksums.
-  const bool version_one = bytes[8] == std::byte{1};
-  if (again.size() != bytes.size() + (version_one ? 1 : 0)) fail("save(load(bytes)) has another size");
-  if (version_one && again.back() != std::byte{0}) fail("a version-1 snapshot saved again with digests");
+  // An older snapshot saves again as the current version: the same bytes, then a 0 byte for each section it
+  // lacks (version 1: digests and host tier; version 2: host tier; the migrations of docs/snapshot-format.md),
+  // with its own version, payload length and checksums.
+  const auto version = static_cast<unsigned>(bytes[8]);
+  const std::size_t missing = version == 1 ? 2 : version == 2 ? 1 : 0;
+  if (again.size() != bytes.size() + missing) fail("save(load(bytes)) has another size");
+  for (std::size_t k = 0; k < missing; ++k)
+    if (again[again.size() - 1 - k] != std::byte{0}) fail("an older snapshot saved again with a new section");
   for (std::size_t i = 0; i < bytes.size(); ++i) {
-    const bool writer_owned = (i >= 12 && i < 16) || (i >= 44 && i < 48);  // library version, header checksum
-    const bool migrated = version_one && ((i >= 8 && i < 12) || (i >= 32 && i < 44));  // version, length, CRC
+    const bool writer_owned = (i >= 12 && i < 16) || (i >= 44 && i < 48);          // library version, header checksum
+    const bool migrated = missing && ((i >= 8 && i < 12) || (i >= 32 && i < 44));  // version, length, CRC
     if (!writer_owned && !migrated && again[i] != bytes[i])
       fail("save(load(bytes)) differs at byte", std::to_string(i));
   }
@@ -64,7 +67,7 @@ void try_load(std::span<const std::byte> bytes) {
     // A snapshot may hold the last step there is: then the clock cannot move on, and advance_to(now + 1) would
     // wrap to 0 (rightly an input_error), so only a clock with room advances.
     if (target.now() < std::numeric_limits<md::step_t>::max()) target.advance_to(target.now() + 1);
-    target.observe_tokens(std::vector<float>(target.kv_len(), 1.0f / static_cast<float>(target.kv_len())));
+    target.observe_tokens(std::vector<float>(target.device_len(), 1.0f / static_cast<float>(target.device_len())));
     target.commit(target.select_for_budget());
   } catch (const std::exception& e) {
     fail("a loaded sequence fails a valid call:", e.what());

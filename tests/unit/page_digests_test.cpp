@@ -331,8 +331,9 @@ TEST(SequenceDigests, ACorruptedDigestSectionIsRejectedByName) {
   a.append(regions::user, 8);
   a.set_page_digest(0, iota_values(8, 0), iota_values(8, 1));
   const auto bytes = snapshot::save(a);
-  // The values are the last 2 pages x 2 heads x 2 vectors x 4 channels floats; page 0 head 0's lo[0] is first.
-  const std::size_t values_at = bytes.size() - 2 * 16 * 4;
+  // The values are 2 pages x 2 heads x 2 vectors x 4 channels floats before the last byte (format 3's "no host
+  // tier"); page 0 head 0's lo[0] is first.
+  const std::size_t values_at = bytes.size() - 1 - 2 * 16 * 4;
   auto expect_rejected = [&](std::vector<std::byte> b, const char* needle) {
     memdecay::detail::seal_snapshot(b);  // the checksums are the corrupter's: the section's own checks must hold
     sequence target(sequence_config());
@@ -367,7 +368,9 @@ TEST(SequenceDigests, AVersionOneSnapshotLoadsWithoutDigests) {
   a.append(regions::user, 9);
   a.advance_to(3);
   auto bytes = snapshot::save(a);
-  ASSERT_EQ(bytes.back(), std::byte{0});  // version 2's "no digests" flag: the whole difference
+  ASSERT_EQ(bytes.back(), std::byte{0});  // version 3's "no host tier" flag
+  bytes.pop_back();
+  ASSERT_EQ(bytes.back(), std::byte{0});  // version 2's "no digests" flag: the rest of the difference
   bytes.pop_back();
   bytes[8] = std::byte{1};
   memdecay::detail::seal_snapshot(bytes);

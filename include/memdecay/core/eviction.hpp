@@ -34,6 +34,8 @@ enum class page_status : std::uint8_t {
   recent,      ///< holds one of the last protection.recent_tokens tokens
   partial,     ///< the partial last page (the next token is written into it)
   protected_,  ///< protected by the caller for this selection (in-flight or speculative reads)
+  host,        ///< on the host tier (tiers/host_tier.hpp): not on the device, so not a device victim
+  recalled,    ///< came back from the host tier fewer than host_tier_config::min_device_steps steps ago
 };
 
 [[nodiscard]] inline const char* to_string(page_status s) noexcept {
@@ -44,6 +46,8 @@ enum class page_status : std::uint8_t {
     case page_status::recent: return "recent";
     case page_status::partial: return "partial";
     case page_status::protected_: return "protected";
+    case page_status::host: return "host";
+    case page_status::recalled: return "recalled";
   }
   return "?";
 }
@@ -121,8 +125,12 @@ template <std::floating_point Float>
 /// The result of a selection: which pages to evict, and the context needed to commit it safely.
 template <std::floating_point Float>
 struct eviction_plan {
-  std::vector<std::size_t> pages;     ///< logical page indices (in the current resident layout), ascending
-  std::vector<Float> scores;          ///< each victim's page score, aligned with `pages`
+  std::vector<std::size_t> pages;  ///< logical page indices (in the current resident layout), ascending
+  std::vector<Float> scores;       ///< each victim's page score, aligned with `pages`
+  /// With a host tier (tiers/host_tier.hpp): the victims that go to host instead of being dropped (a subset of
+  /// `pages`, ascending), and the host pages dropped to make room for them (ascending). Empty without a tier.
+  std::vector<std::size_t> demoted;
+  std::vector<std::size_t> host_dropped;
   std::size_t requested = 0;          ///< pages the budget (or the caller) asked for
   std::size_t pages_over_budget = 0;  ///< pages by which the high watermark is still exceeded after this plan
   std::size_t page_size = 0;

@@ -14,7 +14,8 @@
 //
 // Engines that never materialise attention enable page digests (digests/page_digests.hpp) and observe the query
 // instead: seq.enable_digests({.kv_heads = 8, .head_dim = 128, .query_heads = 32}); seq.set_page_keys(page, keys)
-// as each page fills; seq.observe_query(query) (digests/query_signal.hpp).
+// as each page fills; seq.observe_query(query) (digests/query_signal.hpp). Engines with host memory to spare
+// demote pages instead of dropping them and recall them by query: seq.enable_host_tier(...) (tiers/host_tier.hpp).
 //
 // The layout (labels, clock, page origins, positions, generation) is a sequence_state; the policy keeps its own
 // per-token signal in the same page order. Budgets with watermarks, config protections, caller-protected pages,
@@ -24,6 +25,8 @@
 #ifndef MEMDECAY_CORE_SEQUENCE_HPP
 #define MEMDECAY_CORE_SEQUENCE_HPP
 
+#include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +56,7 @@
 #include "memdecay/core/region.hpp"
 #include "memdecay/core/sequence_state.hpp"
 #include "memdecay/simd/select.hpp"
+#include "memdecay/tiers/host_tier.hpp"
 #include "memdecay/core/token_state.hpp"
 
 namespace memdecay {
@@ -110,14 +114,21 @@ class basic_sequence {
   [[nodiscard]] std::uint64_t generation() const noexcept { return state_.generation(); }
   [[nodiscard]] std::uint64_t position_of(std::size_t index) const noexcept { return state_.position_of(index); }
   [[nodiscard]] std::vector<std::uint64_t> positions() const { return state_.positions(); }
+  /// The first original page that is not on the device (dropped, or on the host tier): later blocks must not be
+  /// hashed or reused. Empty while every page ever appended is on the device.
   [[nodiscard]] std::optional<std::uint64_t> prefix_cache_boundary() const noexcept {
-    return state_.prefix_cache_boundary();
+    if (!hosting()) return state_.prefix_cache_boundary();
+    const auto origins = state_.page_origins();
+    for (std::size_t i = 0; i < origins.size(); ++i)
+      if (origins[i] != i || tier_->on_host(i)) return i;
+    return origins.size();
   }
   /// A digest of the layout and the policy's state: equal digests on two ranks mean equal decisions.
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
     h.add(state_.digest()).add(policy_.digest());
     if (digests_) h.add(digests_->digest());
+    if (tier_) h.add(tier_->digest());
     return h.value();
   }
   /// A digest of the configuration decisions depend on (alpha, EWMA factor, tau, page size, normalisation,
@@ -137,6 +148,65 @@ class basic_sequence {
   }
   /// Whether a manager owns this sequence (then commit goes through the manager).
   [[nodiscard]] bool managed() const noexcept { return mark_.owned; }
+
+  // --- residency (tiers/host_tier.hpp) ------------------------------------------------------------------------
+  // Without a host tier every held page is on the device: kv_len() == device_len(), num_pages() == device_pages().
+  /// Tokens on the device (the engine's device KV length): what observations cover.
+  [[nodiscard]] std::size_t device_len() const noexcept {
+    return kv_len() - (tier_ ? tier_->host_pages() * page_size() : 0);
+  }
+  [[nodiscard]] std::size_t device_pages() const noexcept { return num_pages() - host_pages(); }
+  [[nodiscard]] std::size_t host_pages() const noexcept { return tier_ ? tier_->host_pages() : 0; }
+  [[nodiscard]] std::size_t host_tokens() const noexcept { return host_pages() * page_size(); }
+  /// Where held page `page` lives (input_error for a page that does not exist).
+  [[nodiscard]] page_residency residency(std::size_t page) const {
+    check_page(page, "residency");
+    return tier_ && tier_->on_host(page) ? page_residency::host : page_residency::device;
+  }
+  /// The index of device page `page` in the engine's device page table (device pages in page order).
+  /// input_error for a page that does not exist or is on the host.
+  [[nodiscard]] std::size_t device_index(std::size_t page) const {
+    check_page(page, "device_index");
+    if (!tier_) return page;
+    if (tier_->on_host(page)) detail::raise_input("device_index: page " + detail::to_text(page) + " is on the host");
+    return tier_->device_index(page);
+  }
+
+  // --- host tier (tiers/host_tier.hpp) ------------------------------------------------------------------------
+  /// Demotes to a host tier from now on (config_error naming the field, changing nothing, for an invalid config;
+  /// usage_error for a managed sequence: the manager's global budget counts device pages only). Enabling again
+  /// changes the rules and keeps every page where it is.
+  void enable_host_tier(const host_tier_config& cfg) {
+    cfg.validate();
+    if (mark_.owned)
+      detail::raise_usage("enable_host_tier: this sequence is owned by a manager, which has no host tier");
+    page_residencies next(cfg);
+    next.reserve(num_pages());
+    if (tier_) {
+      next.restore(std::vector<std::uint8_t>(tier_->host_flags().begin(), tier_->host_flags().end()),
+                   std::vector<step_t>(tier_->recalled_at().begin(), tier_->recalled_at().end()));
+    } else {
+      next.resize(num_pages());
+    }
+    tier_ = std::move(next);
+    state_.touch();
+  }
+  /// Stops demoting. usage_error, changing nothing, while pages are on the host (recall or drop them first: they
+  /// would be lost silently).
+  void disable_host_tier() {
+    if (!tier_) return;
+    if (tier_->host_pages() != 0)
+      detail::raise_usage("disable_host_tier: " + detail::to_text(tier_->host_pages()) +
+                          " pages are on the host; recall or drop them first");
+    tier_.reset();
+    state_.touch();
+  }
+  [[nodiscard]] bool has_host_tier() const noexcept { return tier_.has_value(); }
+  /// The tier's rules and residencies. usage_error without a host tier.
+  [[nodiscard]] const page_residencies& host_tier() const {
+    check_tier("host_tier");
+    return *tier_;
+  }
 
   // --- labels ------------------------------------------------------------------------------------------------
   /// Appends `count` tokens of region `r`. input_error for an unknown region.
@@ -195,6 +265,10 @@ class basic_sequence {
   /// returns (MemDecay: the tokens refreshed). input_error (changing nothing) on a wrong length, a NaN, infinite
   /// or negative mass, or a mass the policy cannot take.
   std::size_t observe_tokens(std::span<const Float> mass) {
+    if (hosting()) {
+      validate_mass(mass, device_len(), "per-token attention");
+      return observe_held(expand_device(mass));
+    }
     const auto v = view();
     bool valid = false;
     if constexpr (prevalidating_policy<policy_type>)
@@ -207,10 +281,15 @@ class basic_sequence {
   }
   /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
   std::size_t observe_pages(std::span<const Float> page_mass) {
-    validate_mass(page_mass, num_pages(), "per-page attention");
-    const auto per_token = detail::spread_page_mass<Float>(state_, page_mass);
-    policy_.check_observation(view(), std::span<const Float>(per_token));
-    return apply(per_token);
+    validate_mass(page_mass, device_pages(), "per-page attention");
+    if (hosting()) {
+      std::vector<Float> held(num_pages(), Float{0});
+      std::size_t d = 0;
+      for (std::size_t p = 0; p < held.size(); ++p)
+        if (!tier_->on_host(p)) held[p] = page_mass[d++];
+      return observe_held(detail::spread_page_mass<Float>(state_, std::span<const Float>(held)));
+    }
+    return observe_held(detail::spread_page_mass<Float>(state_, page_mass));
   }
   /// Observes a heads x tokens matrix, reduced by sum or mean over heads.
   template <class Derived>
@@ -282,6 +361,7 @@ class basic_sequence {
   /// what observe_pages returns. Errors as query_page_bounds, changing nothing.
   std::size_t observe_query(std::span<const float> query, query_signal how = query_signal::bound_softmax,
                             double total = 1.0) {
+    check_digests("observe_query");
     const auto mass = estimate_query_attention(query, how, total);
     return observe_pages(std::span<const Float>(mass));
   }
@@ -289,24 +369,27 @@ class basic_sequence {
   /// digests/key_norm_signal.hpp), summing to `total`, for engines that see neither attention nor want digests.
   /// input_error, changing nothing, for a wrong length or a negative or non-finite norm.
   std::size_t observe_key_norms(std::span<const float> norms, double total = 1.0) {
-    if (norms.size() != kv_len())
+    if (norms.size() != device_len())
       detail::raise_input("key norms have " + detail::to_text(norms.size()) + " entries, expected " +
-                          detail::to_text(kv_len()));
+                          detail::to_text(device_len()));
     std::vector<Float> mass(norms.size());
     key_norm_attention<Float>(norms, total, std::span<Float>(mass));
     return observe_tokens(std::span<const Float>(mass));
   }
-  /// The per-page mass observe_query would observe, without observing it.
+  /// The per-page mass observe_query would observe, without observing it (one entry per device page).
   [[nodiscard]] std::vector<Float> estimate_query_attention(std::span<const float> query,
                                                             query_signal how = query_signal::bound_softmax,
                                                             double total = 1.0) const {
-    check_digests("observe_query");
+    check_digests("estimate_query_attention");
     const std::size_t heads = digests_->layout().effective_query_heads();
     std::vector<float> bounds(heads * num_pages());
     digests_->bounds(query, std::span<float>(bounds));
-    std::vector<std::uint32_t> tokens(num_pages());
-    for (std::size_t p = 0; p < tokens.size(); ++p) tokens[p] = static_cast<std::uint32_t>(state_.tokens_in_page(p));
-    std::vector<Float> mass(num_pages());
+    if (hosting()) bounds = device_columns(bounds, heads);  // attention covers the device pages only
+    std::vector<std::uint32_t> tokens;
+    tokens.reserve(device_pages());
+    for (std::size_t p = 0; p < num_pages(); ++p)
+      if (!hosting() || !tier_->on_host(p)) tokens.push_back(static_cast<std::uint32_t>(state_.tokens_in_page(p)));
+    std::vector<Float> mass(tokens.size());
     estimate_page_attention<Float>(bounds, heads, tokens, how, total, std::span<Float>(mass));
     return mass;
   }
@@ -328,6 +411,14 @@ class basic_sequence {
   [[nodiscard]] std::vector<page_status> page_statuses(std::span<const std::size_t> caller_protected = {}) const {
     std::vector<page_status> out(num_pages());
     memdecay::page_statuses(state_, regions_, protection(), caller_protected, std::span<page_status>(out));
+    if (tier_) {
+      for (std::size_t p = 0; p < out.size(); ++p) {
+        if (tier_->on_host(p))
+          out[p] = page_status::host;
+        else if (out[p] == page_status::evictable && tier_->recently_recalled(p, now()))
+          out[p] = page_status::recalled;
+      }
+    }
     return out;
   }
   /// The protections in effect now (config.protection with its budget-relative window resolved).
@@ -368,7 +459,10 @@ class basic_sequence {
   // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
   /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable); never pinned, protected, partial or
   /// caller-protected pages. Ties go to the lower page index.
+  /// With a host tier the victims are device pages only, and the plan says which of them go to host (demoted)
+  /// and which host pages are dropped to make room (host_dropped).
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
+    if (tier_) return select_tiered(k, caller_protected);
     // Nothing to choose (select_for_budget within the budget, every step of most engines): no scores, no statuses.
     if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0);
     const auto scores = page_scores();
@@ -384,19 +478,24 @@ class basic_sequence {
   }
   /// Pages the budget asks to evict now (0 within the high watermark).
   [[nodiscard]] std::size_t pages_wanted_by_budget() const noexcept {
-    return detail::pages_wanted_by_budget(config_.budget, page_size(), logical_len(), kv_len());
+    return detail::pages_wanted_by_budget(config_.budget, page_size(), logical_len(), device_len());
   }
 
   // --- commit (phase 2) ----------------------------------------------------------------------------------------
   /// Throws what commit(plan) would throw (usage_error for a stale plan or a page that is not evictable), and
   /// changes nothing.
-  void check_commit(const plan_type& plan) const { detail::check_plan(plan, state_, regions_, protection()); }
+  void check_commit(const plan_type& plan) const {
+    if (tier_)
+      check_tiered_plan(plan);
+    else
+      detail::check_plan(plan, state_, regions_, protection());
+  }
   /// Compacts the layout and the policy state by the plan's pages. usage_error, changing nothing, if the plan is
   /// stale or names pages that are not evictable, or if a manager owns this sequence (commit through it).
   void commit(const plan_type& plan) {
     check_unmanaged();
     check_commit(plan);
-    remove(plan.pages);
+    apply_plan(plan);
   }
   /// Removes the plan's pages from the engine's page table and compacts the state, together. usage_error,
   /// changing neither, if the plan is stale, the table disagrees with the state (page size, page count) or a
@@ -407,8 +506,126 @@ class basic_sequence {
                                                const typename Table::sequence_id& seq) {
     check_unmanaged();
     check_commit(plan);
-    detail::check_page_table(table, seq, page_size(), num_pages());
+    detail::check_page_table(table, seq, page_size(), device_pages());
     return remove_from(plan, table, seq);
+  }
+
+  // --- recall (tiers/host_tier.hpp; phase 1 changes nothing) ---------------------------------------------------
+  /// Which host pages `query` (query_heads x head_dim, as observe_query) wants back, and which device pages make
+  /// room: best bound first, each while it beats the evictable device page of the lowest bound still kept by more
+  /// than the hysteresis, into free room under the budget's high watermark first, then by displacing that page;
+  /// at most max_recall_pages promotions. Host pages without a digest are never recalled, device pages without
+  /// one never displaced. usage_error without a host tier or digests; input_error for a bad query.
+  [[nodiscard]] recall_plan select_recall(std::span<const float> query,
+                                          std::span<const std::size_t> caller_protected = {}) const {
+    check_tier("select_recall");
+    check_digests("select_recall");
+    const std::size_t heads = digests_->layout().effective_query_heads(), n = num_pages();
+    std::vector<float> bounds(heads * n);
+    digests_->bounds(query, std::span<float>(bounds));
+    std::vector<float> best(n, -std::numeric_limits<float>::infinity());
+    for (std::size_t j = 0; j < heads; ++j)
+      for (std::size_t p = 0; p < n; ++p) best[p] = std::max(best[p], bounds[j * n + p]);
+    return recall_for_bounds(best, caller_protected);
+  }
+  /// select_recall from bounds the engine computed itself (Quest's kernel on the GPU, say): one per held page (the
+  /// best query head's; host and device pages alike), no digests needed. With digests, pages without one are left
+  /// out as in select_recall. input_error for a wrong length or a NaN; usage_error without a host tier.
+  [[nodiscard]] recall_plan select_recall_for_bounds(std::span<const float> page_bounds,
+                                                     std::span<const std::size_t> caller_protected = {}) const {
+    check_tier("select_recall_for_bounds");
+    if (page_bounds.size() != num_pages())
+      detail::raise_input("page bounds have " + detail::to_text(page_bounds.size()) + " entries, expected " +
+                          detail::to_text(num_pages()));
+    for (std::size_t p = 0; p < page_bounds.size(); ++p)
+      if (std::isnan(page_bounds[p])) detail::raise_input("page bounds[" + detail::to_text(p) + "] is NaN");
+    return recall_for_bounds(page_bounds, caller_protected);
+  }
+  /// Throws what commit_recall(plan) would throw, and changes nothing.
+  void check_recall(const recall_plan& plan) const {
+    check_tier("commit_recall");
+    if (plan.generation != generation())
+      detail::raise_usage("commit_recall: stale plan: selected at generation " + detail::to_text(plan.generation) +
+                          ", the sequence is at generation " + detail::to_text(generation()));
+    if (plan.page_size != page_size())
+      detail::raise_usage("commit_recall: plan was made for page size " + detail::to_text(plan.page_size));
+    if (plan.promote_bounds.size() != plan.promote.size())
+      detail::raise_usage("commit_recall: promote_bounds has " + detail::to_text(plan.promote_bounds.size()) +
+                          " entries, promote " + detail::to_text(plan.promote.size()));
+    detail::check_ascending(plan.promote, "promote", "commit_recall");
+    detail::check_ascending(plan.demote, "demote", "commit_recall");
+    detail::check_ascending(plan.drop, "drop", "commit_recall");
+    for (std::size_t p : plan.promote) {
+      check_page(p, "commit_recall: promote");
+      if (!tier_->on_host(p))
+        detail::raise_usage("commit_recall: promotes page " + detail::to_text(p) + ", which is on the device");
+    }
+    const auto status = page_statuses();
+    std::vector<std::size_t> leaving;
+    std::merge(plan.demote.begin(), plan.demote.end(), plan.drop.begin(), plan.drop.end(), std::back_inserter(leaving));
+    if (auto problem = state_.removal_problem(leaving); !problem.empty())
+      detail::raise_usage("commit_recall: " + problem);
+    detail::check_plan_statuses(leaving, status, "commit_recall");
+    const std::size_t capacity = tier_->config().host_capacity_pages(page_size(), logical_len());
+    if (host_pages() - plan.promote.size() + plan.demote.size() > capacity)
+      detail::raise_usage("commit_recall: the plan leaves " +
+                          detail::to_text(host_pages() - plan.promote.size() + plan.demote.size()) +
+                          " pages on a host tier of " + detail::to_text(capacity));
+  }
+  /// commit_recall together with the engine's device page table: the displaced pages are removed (the demoted
+  /// ones' K/V copied to the host before), then the promoted pages are inserted at their place, each in a fresh
+  /// block, returned in page order (the engine copies their K/V from the host into them). A full table swaps: the
+  /// removal makes the room. usage_error, changing neither, for what commit_recall rejects or a table that
+  /// disagrees with the device pages; input_error, changing neither, when the table has no room for the promoted
+  /// pages even after the removal.
+  template <inserting_page_table Table>
+  recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
+                                                       const typename Table::sequence_id& seq) {
+    check_unmanaged();
+    check_recall(plan);
+    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
+    // Table indices now (removal) and after the removal (insertion: the staying device pages before it, plus the
+    // promoted pages before it).
+    std::vector<std::size_t> remove_at, insert_at;
+    remove_at.reserve(plan.demote.size() + plan.drop.size());
+    insert_at.reserve(plan.promote.size());
+    std::size_t device_before = 0, staying_before = 0;
+    for (std::size_t p = 0, a = 0, b = 0, c = 0; p < num_pages(); ++p) {
+      if (a < plan.promote.size() && plan.promote[a] == p) {
+        insert_at.push_back(staying_before + a++);
+        continue;
+      }
+      if (tier_->on_host(p)) continue;
+      const bool demoted = b < plan.demote.size() && plan.demote[b] == p;
+      const bool dropped = c < plan.drop.size() && plan.drop[c] == p;
+      b += demoted, c += dropped;
+      if (demoted || dropped)
+        remove_at.push_back(device_before);
+      else
+        ++staying_before;
+      ++device_before;
+    }
+    table.check_remove_pages(seq, remove_at);
+    std::size_t freed = 0;
+    for (std::size_t i : remove_at) freed += table.ref_count(table.page_at(seq, i)) == 1 ? 1 : 0;
+    if (table.free_blocks() + freed < insert_at.size())
+      detail::raise_input("commit_recall: the device table has " + detail::to_text(table.free_blocks()) +
+                          " free blocks (" + detail::to_text(table.free_blocks() + freed) +
+                          " after the removal), the recall needs " + detail::to_text(insert_at.size()));
+    recall_commit<typename Table::page_id> out;
+    out.removed = table.remove_pages(seq, remove_at);
+    detail::check_removal_answer(out.removed, remove_at.size());
+    out.inserted = table.insert_pages(seq, insert_at);  // cannot fail: room checked, positions valid by construction
+    apply_recall(plan);
+    return out;
+  }
+  /// Applies a recall plan: promoted pages return to the device (at their place in the layout), demoted pages go
+  /// to host, dropped pages leave. usage_error, changing nothing, for a stale plan, a page in the wrong tier or one
+  /// that may not leave the device, or a managed sequence.
+  void commit_recall(const recall_plan& plan) {
+    check_unmanaged();
+    check_recall(plan);
+    apply_recall(plan);
   }
 
  private:
@@ -440,6 +657,162 @@ class basic_sequence {
   void check_digests(const char* call) const {
     if (!digests_) detail::raise_usage(std::string(call) + ": this sequence keeps no page digests (enable_digests)");
   }
+  void check_tier(const char* call) const {
+    if (!tier_) detail::raise_usage(std::string(call) + ": this sequence has no host tier (enable_host_tier)");
+  }
+  void check_page(std::size_t page, const char* call) const {
+    if (page >= num_pages())
+      detail::raise_input(std::string(call) + ": page " + detail::to_text(page) + " does not exist (" +
+                          detail::to_text(num_pages()) + " pages)");
+  }
+  // Whether any page is on the host: only then do device and held indices differ.
+  [[nodiscard]] bool hosting() const noexcept { return tier_ && tier_->host_pages() != 0; }
+  // A device-token column as a held-token one (host tokens receive no attention).
+  [[nodiscard]] std::vector<Float> expand_device(std::span<const Float> device) const {
+    std::vector<Float> held(kv_len());
+    detail::expand_device_tokens<Float>(device, *tier_, page_size(), std::span<Float>(held));
+    return held;
+  }
+  // The device pages' columns of a heads x held-pages matrix.
+  [[nodiscard]] std::vector<float> device_columns(std::span<const float> held, std::size_t heads) const {
+    const std::size_t n = num_pages(), d = device_pages();
+    std::vector<float> out;
+    out.reserve(heads * d);
+    for (std::size_t j = 0; j < heads; ++j)
+      for (std::size_t p = 0; p < n; ++p)
+        if (!tier_->on_host(p)) out.push_back(held[j * n + p]);
+    return out;
+  }
+  // A validated held-token observation through the policy's own check.
+  std::size_t observe_held(const std::vector<Float>& held) {
+    policy_.check_observation(view(), std::span<const Float>(held));
+    return apply(held);
+  }
+  [[nodiscard]] plan_type select_tiered(std::size_t k, std::span<const std::size_t> caller_protected) const {
+    plan_type plan;
+    const std::size_t P = page_size();
+    plan.requested = k;
+    plan.page_size = P;
+    plan.generation = generation();
+    if (k > 0) {
+      const auto scores = page_scores();
+      const auto status = page_statuses(caller_protected);
+      plan.pages = simd::select_lowest_pages_fast<Float>(std::span<const Float>(scores), status, k);
+      for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
+      std::vector<std::uint8_t> worthy(plan.pages.size());
+      const auto labels = state_.regions();
+      for (std::size_t v = 0; v < plan.pages.size(); ++v)
+        worthy[v] =
+            detail::host_worthy(labels.subspan(plan.pages[v] * P, P), regions_, tier_->config().min_host_priority);
+      auto split = detail::split_demotion<Float>(plan.pages, worthy, *tier_, std::span<const Float>(scores),
+                                                 tier_->config().host_capacity_pages(P, logical_len()));
+      plan.demoted = std::move(split.demoted);
+      plan.host_dropped = std::move(split.host_dropped);
+    }
+    plan.pages_over_budget = detail::pages_over_high(config_.budget, P, logical_len(), device_len() - plan.tokens());
+    return plan;
+  }
+  void check_tiered_plan(const plan_type& plan) const {
+    if (plan.generation != generation())
+      detail::raise_usage("stale plan: selected at generation " + detail::to_text(plan.generation) +
+                          ", the sequence is at generation " + detail::to_text(generation()));
+    if (plan.page_size != page_size())
+      detail::raise_usage("plan was made for page size " + detail::to_text(plan.page_size));
+    if (auto problem = state_.removal_problem(plan.pages); !problem.empty()) detail::raise_usage(problem);
+    detail::check_plan_statuses(plan.pages, page_statuses());
+    detail::check_ascending(plan.demoted, "demoted");
+    for (std::size_t p : plan.demoted)
+      if (!std::binary_search(plan.pages.begin(), plan.pages.end(), p))
+        detail::raise_usage("plan demotes page " + detail::to_text(p) + ", which it does not take off the device");
+    detail::check_ascending(plan.host_dropped, "host_dropped");
+    for (std::size_t p : plan.host_dropped)
+      if (p >= num_pages() || !tier_->on_host(p))
+        detail::raise_usage("plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
+  }
+  void apply_recall(const recall_plan& plan) {
+    if (plan.promote.empty() && plan.demote.empty() && plan.drop.empty()) return;
+    tier_->promote(plan.promote, now());
+    tier_->demote(plan.demote);
+    state_.touch();
+    remove(plan.drop);
+  }
+  // Demotes, then drops what leaves the sequence (the victims not demoted and the host pages dropped), together.
+  void apply_plan(const plan_type& plan) {
+    if (!tier_) return remove(plan.pages);
+    std::vector<std::size_t> leaving;
+    leaving.reserve(plan.pages.size() - plan.demoted.size() + plan.host_dropped.size());
+    std::set_difference(plan.pages.begin(), plan.pages.end(), plan.demoted.begin(), plan.demoted.end(),
+                        std::back_inserter(leaving));
+    const std::size_t victims = leaving.size();
+    leaving.insert(leaving.end(), plan.host_dropped.begin(), plan.host_dropped.end());
+    std::inplace_merge(leaving.begin(), leaving.begin() + static_cast<std::ptrdiff_t>(victims), leaving.end());
+    tier_->demote(plan.demoted);
+    if (!plan.demoted.empty()) state_.touch();
+    remove(leaving);
+  }
+  [[nodiscard]] recall_plan recall_for_bounds(std::span<const float> best,
+                                              std::span<const std::size_t> caller_protected) const {
+    recall_plan plan;
+    plan.page_size = page_size();
+    plan.generation = generation();
+    const auto status = page_statuses(caller_protected);
+    // (bound, page) pairs: ordered by bound, ties to the lower index, so the plan is a pure function.
+    std::vector<std::pair<float, std::size_t>> host, device;
+    for (std::size_t p = 0; p < num_pages(); ++p) {
+      // No bound to judge it by: no digest, or a NaN from a bound that overflowed both ways.
+      if ((digests_ && !digests_->has_digest(p)) || std::isnan(best[p])) continue;
+      if (status[p] == page_status::host)
+        host.emplace_back(best[p], p);
+      else if (status[p] == page_status::evictable)
+        device.emplace_back(best[p], p);
+    }
+    const auto& rules = tier_->config();
+    // A plan promotes at most k pages and displaces at most k: only the k best host pages and the k weakest device
+    // pages matter, found in linear time and then sorted.
+    const auto best_first = [](const std::pair<float, std::size_t>& a, const std::pair<float, std::size_t>& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    const auto weakest_first = [](const std::pair<float, std::size_t>& a, const std::pair<float, std::size_t>& b) {
+      return a.first < b.first || (a.first == b.first && a.second < b.second);
+    };
+    const std::size_t k = std::min(rules.max_recall_pages, host.size());
+    auto keep_first = [k](auto& v, auto order) {
+      if (k < v.size()) {
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), order);
+        v.resize(k);
+      }
+      std::sort(v.begin(), v.end(), order);
+    };
+    keep_first(host, best_first);
+    keep_first(device, weakest_first);
+    const auto marks = config_.budget.in_tokens(page_size(), logical_len());
+    std::size_t room =
+        marks.high > device_len() ? static_cast<std::size_t>((marks.high - device_len()) / page_size()) : 0;
+    std::size_t next_device = 0;
+    std::vector<std::pair<std::size_t, float>> promoted;
+    // A host page must beat the weakest device page still kept by the hysteresis, with room or without: room
+    // between the watermarks is not a reason to bring back what the device would not keep.
+    for (const auto& [bound, h] : host) {
+      const bool has_weakest = next_device < device.size();
+      if (has_weakest &&
+          !(static_cast<double>(bound) > static_cast<double>(device[next_device].first) + rules.hysteresis))
+        break;
+      if (room > 0) {
+        --room;
+      } else {
+        if (!has_weakest) break;
+        const std::size_t d = device[next_device++].second;
+        const auto labels = state_.regions().subspan(d * page_size(), page_size());
+        (detail::host_worthy(labels, regions_, rules.min_host_priority) ? plan.demote : plan.drop).push_back(d);
+      }
+      promoted.emplace_back(h, bound);
+    }
+    std::sort(promoted.begin(), promoted.end());
+    for (const auto& [p, b] : promoted) plan.promote.push_back(p), plan.promote_bounds.push_back(b);
+    std::sort(plan.demote.begin(), plan.demote.end());
+    std::sort(plan.drop.begin(), plan.drop.end());
+    return plan;
+  }
   template <class AppendToState>
   void grow(std::size_t tokens, AppendToState&& append_to_state) {
     if (tokens == 0) return;
@@ -447,6 +820,7 @@ class basic_sequence {
     const std::size_t pages_before = num_pages();
     policy_.reserve(first + tokens);  // may throw bad_alloc; the policy is unchanged when it does
     if (digests_) digests_->reserve(tokens / page_size() + 1);
+    if (tier_) tier_->reserve(pages_before + tokens / page_size() + 1);
     append_to_state();  // strong guarantee
     policy_.on_append(view(), first);
     if (digests_) {  // cannot allocate: reserved above
@@ -454,6 +828,7 @@ class basic_sequence {
         digests_->clear(pages_before - 1);  // the partial page grew: its digest no longer covers its keys
       digests_->resize(num_pages());
     }
+    if (tier_) tier_->resize(num_pages());  // within the capacity reserved above
   }
   std::size_t apply(std::span<const Float> mass) {
     const std::size_t refreshed = policy_.on_observe(view(), mass);
@@ -464,15 +839,21 @@ class basic_sequence {
     if (pages.empty()) return;
     policy_.on_remove(view(), pages);
     if (digests_) digests_->remove_pages(pages);  // cannot fail either: the same indices
-    state_.remove_pages(pages);                   // cannot fail: check_plan validated the same indices
+    if (tier_) tier_->remove_pages(pages);
+    state_.remove_pages(pages);  // cannot fail: check_plan validated the same indices
   }
   // The table first (it may throw, and nothing here has changed yet), then the state.
   template <class Table>
   page_removal<typename Table::page_id> remove_from(const plan_type& plan, Table& table,
                                                     const typename Table::sequence_id& seq) {
-    auto removal = table.remove_pages(seq, plan.pages);
+    // The table holds the device pages only: it removes every page leaving the device, demoted or dropped (the
+    // engine copied the demoted ones to host before committing).
+    std::vector<std::size_t> device_indices;
+    if (hosting()) device_indices = tier_->device_indices(plan.pages);
+    auto removal = table.remove_pages(
+        seq, hosting() ? std::span<const std::size_t>(device_indices) : std::span<const std::size_t>(plan.pages));
     detail::check_removal_answer(removal, plan.pages.size());
-    remove(plan.pages);
+    apply_plan(plan);
     return removal;
   }
 
@@ -485,6 +866,7 @@ class basic_sequence {
   std::uint64_t content_before_clock_ = 0;  // the generation before the run of clock moves that ends there
   std::uint64_t advance_columns_at_ = 0;    // advance_columns_generation()
   std::optional<page_digests> digests_;     // enable_digests
+  std::optional<page_residencies> tier_;    // enable_host_tier
 };
 
 /// The layout of a MemDecay sequence with its policy's clocks and EWMA beside it: the form the scalar reference

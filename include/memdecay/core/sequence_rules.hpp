@@ -132,6 +132,22 @@ template <std::floating_point Float, std::size_t PageSize>
   return where.empty() ? std::string{} : std::string(where) + ": ";
 }
 
+/// usage_error unless every page of `pages` has status evictable.
+inline void check_plan_statuses(std::span<const std::size_t> pages, std::span<const page_status> status,
+                                std::string_view where = {}) {
+  for (std::size_t p : pages)
+    if (status[p] != page_status::evictable)
+      raise_usage(context_prefix(where) + "plan names page " + to_text(p) + ", which is " + to_string(status[p]));
+}
+
+/// usage_error unless `pages` is strictly ascending. `what` names the list.
+inline void check_ascending(std::span<const std::size_t> pages, const char* what, std::string_view where = {}) {
+  for (std::size_t k = 1; k < pages.size(); ++k)
+    if (pages[k] <= pages[k - 1])
+      raise_usage(context_prefix(where) + what + " must be strictly ascending (page " + to_text(pages[k]) + " after " +
+                  to_text(pages[k - 1]) + ")");
+}
+
 /// usage_error unless `plan` was made at the state's current generation, for its page size, and names only
 /// resident, full, evictable pages in strictly ascending order (under the protections in effect). `where`
 /// prefixes the message (the call and the request).
@@ -143,12 +159,12 @@ void check_plan(const eviction_plan<Float>& plan, const sequence_state<PageSize>
                 ", the sequence is at generation " + to_text(state.generation()));
   if (plan.page_size != state.page_size())
     raise_usage(context_prefix(where) + "plan was made for page size " + to_text(plan.page_size));
+  if (!plan.demoted.empty() || !plan.host_dropped.empty())
+    raise_usage(context_prefix(where) + "plan moves pages to or from a host tier, and this sequence has none");
   if (auto problem = state.removal_problem(plan.pages); !problem.empty()) raise_usage(context_prefix(where) + problem);
   std::vector<page_status> status(state.num_pages());
   page_statuses(state, table, protection, {}, std::span<page_status>(status));
-  for (std::size_t p : plan.pages)
-    if (status[p] != page_status::evictable)
-      raise_usage(context_prefix(where) + "plan names page " + to_text(p) + ", which is " + to_string(status[p]));
+  check_plan_statuses(plan.pages, status, where);
 }
 
 /// usage_error unless `table` agrees with a sequence of `num_pages` pages of `page_size` tokens. `where`

@@ -231,6 +231,8 @@ struct manager_snapshot_access {
         snapshot_access::load_clock(*seq, r, later.kind == snapshot::record_kind::rebased);
         if (r.left() != 0) fail(elements[j].where, r.offset(), "clock record", who + ": bytes after its fields");
       }
+      if (seq->has_host_tier())  // a manager's sequences have none (basic_sequence::enable_host_tier)
+        fail(elements[k].where, full.record_at, "host tier", who + ": a managed sequence has no host tier");
       // The layout is known: the page flags must name resident pages.
       const auto origins = seq->state().page_origins();
       const auto resident = [&](std::uint64_t o) { return std::binary_search(origins.begin(), origins.end(), o); };

@@ -46,8 +46,8 @@ namespace snapshot {
 
 /// The format version this library writes. It reads every version from oldest_readable_version up to it
 /// (docs/snapshot-format.md, "Versioning": version 1 has no page-digest section and loads as a sequence without
-/// digests).
-inline constexpr std::uint32_t format_version = 2;
+/// digests; versions 1 and 2 have no host-tier section and load as a sequence without a host tier).
+inline constexpr std::uint32_t format_version = 3;
 inline constexpr std::uint32_t oldest_readable_version = 1;
 /// Whether this library reads snapshots of format `version`.
 [[nodiscard]] constexpr bool readable_version(std::uint32_t version) noexcept {
@@ -413,6 +413,7 @@ struct snapshot_access {
     const_cast<P&>(seq.policy_).snapshot_fields(w);  // the writer only reads the fields
     put_le(w.bytes(), count_at, w.fields() - fields_before);
     save_digests(seq, w);
+    save_tier(seq, w);
     seal_snapshot(header());
   }
 
@@ -436,6 +437,74 @@ struct snapshot_access {
     else
       w.put_array(d.raw_half());
   }
+  // --- the host-tier section (format 3; docs/snapshot-format.md) ---
+  template <class Seq>
+  static void save_tier(const Seq& seq, snapshot_writer& w) {
+    w.put(static_cast<std::uint8_t>(seq.tier_ ? 1 : 0));
+    if (!seq.tier_) return;
+    const page_residencies& t = *seq.tier_;
+    const host_tier_config& c = t.config();
+    w.put(static_cast<std::uint8_t>(c.host_budget.unit));
+    w.put(c.host_budget.high);
+    w.put(c.min_host_priority);
+    w.put(c.hysteresis);
+    w.put(c.min_device_steps);
+    w.put(static_cast<std::uint64_t>(c.max_recall_pages));
+    w.put(static_cast<std::uint64_t>(t.size()));
+    w.put_array(t.host_flags());
+    w.put_array(t.recalled_at());
+  }
+  // Reads and checks the section into `out` (left empty without a tier). A host page is a full page without a
+  // pinned token (only those leave the device) and was not recalled since it left; a recall lies in the past.
+  template <class State, class Regions>
+  static void load_tier(snapshot_reader& r, const State& st, const Regions& regions,
+                        std::optional<page_residencies>& out) {
+    const auto present = r.get<std::uint8_t>("host tier");
+    if (present > 1) r.fail("host tier", to_text(present) + " (0 or 1)");
+    if (present == 0) return;
+    host_tier_config c;
+    const std::size_t config_at = r.offset();
+    const auto unit = r.get<std::uint8_t>("host budget unit");
+    if (unit > static_cast<std::uint8_t>(budget_unit::ratio)) r.fail("host budget unit", to_text(unit));
+    c.host_budget.unit = static_cast<budget_unit>(unit);
+    c.host_budget.high = r.get<double>("host budget");
+    c.min_host_priority = r.get<double>("min host priority");
+    c.hysteresis = r.get<double>("hysteresis");
+    c.min_device_steps = r.get<step_t>("min device steps");
+    const auto max_recall = r.get<std::uint64_t>("max recall pages");
+    c.max_recall_pages = max_recall > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max()
+                                                                              : static_cast<std::size_t>(max_recall);
+    if (const std::string why = c.problem(); !why.empty())
+      raise_input("snapshot host tier at offset " + to_text(config_at) + ": " + why);
+    const std::size_t pages = st.num_pages();
+    if (r.get<std::uint64_t>("host tier pages") != pages)
+      r.fail("host tier pages", "not the sequence's " + to_text(pages));
+    std::vector<std::uint8_t> flags(pages);
+    const std::size_t flags_at = r.offset();
+    r.get_bytes(std::as_writable_bytes(std::span<std::uint8_t>(flags)), "host flags");
+    if (pages > r.left() / sizeof(step_t)) r.fail("recalled at", "truncated");
+    std::vector<step_t> recalled(pages);
+    const std::size_t recalled_at = r.offset();
+    for (auto& v : recalled) v = r.get<step_t>("recalled at");
+    const auto labels = st.regions();
+    for (std::size_t p = 0; p < pages; ++p) {
+      auto bad = [&](std::size_t at, const std::string& why) {
+        raise_input("snapshot host tier at offset " + to_text(at) + ": page " + to_text(p) + " " + why);
+      };
+      if (flags[p] > 1) bad(flags_at + p, "has host flag " + to_text(flags[p]) + " (0 or 1)");
+      if (recalled[p] != page_residencies::never && recalled[p] > st.now())
+        bad(recalled_at + p * sizeof(step_t), "was recalled at step " + to_text(recalled[p]) + ", after now");
+      if (!flags[p]) continue;
+      if (recalled[p] != page_residencies::never) bad(recalled_at + p * sizeof(step_t), "is on the host and recalled");
+      if (st.tokens_in_page(p) != st.page_size()) bad(flags_at + p, "is on the host and not full");
+      for (std::size_t i = p * st.page_size(); i < (p + 1) * st.page_size(); ++i)
+        if (regions.pinned(labels[i])) bad(flags_at + p, "is on the host and holds a pinned token");
+    }
+    page_residencies t(c);
+    t.restore(std::move(flags), std::move(recalled));
+    out = std::move(t);
+  }
+
   // Reads and checks the section into `out` (left empty when the snapshot has no digests); every check names the
   // field and its offset. The values must be as page_digests writes them: finite, a minimum at most its maximum.
   static void load_digests(snapshot_reader& r, std::size_t pages, std::optional<page_digests>& out) {
@@ -584,12 +653,15 @@ struct snapshot_access {
       r.fail("field count", to_text(fields) + " fields saved, " + to_text(r.fields()) + " read");
     std::optional<page_digests> digests;
     if (version >= 2) load_digests(r, pages, digests);  // version 1: no digests (the migration)
+    std::optional<page_residencies> tier;
+    if (version >= 3) load_tier(r, st, target.regions_, tier);  // versions 1, 2: no host tier
     if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the last field");
     policy.reserve(kv_len);
     st.reserve_for(0);
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
     target.policy_ = std::move(policy);
     target.digests_ = std::move(digests);
+    target.tier_ = std::move(tier);
     target.clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the loaded generation is a content one
     target.advance_columns_at_ = 0;
   }

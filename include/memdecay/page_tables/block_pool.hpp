@@ -207,6 +207,54 @@ class block_pool {
     return out;
   }
 
+  /// Throws what insert_pages(seq, positions) would throw, changing nothing: usage_error for a sequence that is not
+  /// open or positions that are not strictly ascending final indices of full pages (a page cannot go after the
+  /// partial last page), input_error when too few blocks are free.
+  void check_insert_pages(const SequenceId& seq, std::span<const std::size_t> positions) const {
+    const auto& e = find(seq);
+    const std::size_t after = e.blocks.size() + positions.size();
+    const bool partial = e.tokens % page_size_ != 0;
+    for (std::size_t k = 0; k < positions.size(); ++k) {
+      if (k > 0 && positions[k] <= positions[k - 1])
+        detail::raise_usage("insert_pages: positions must be strictly ascending (position " +
+                            detail::to_text(positions[k]) + " after " + detail::to_text(positions[k - 1]) + ")");
+      if (positions[k] >= after || (partial && positions[k] == after - 1))
+        detail::raise_usage("insert_pages: position " + detail::to_text(positions[k]) + " is not a full page's (" +
+                            detail::to_text(after) + " pages after the insertion" +
+                            (partial ? ", the last one partial)" : ")"));
+    }
+    if (positions.size() > free_.size())
+      detail::raise_input("block pool exhausted: " + detail::to_text(positions.size()) + " blocks needed, " +
+                          detail::to_text(free_.size()) + " free");
+  }
+  /// Inserts full pages (a host tier's recall, tiers/host_tier.hpp) so that they end at the strictly ascending
+  /// `positions` of the block table, each in a fresh block, and returns the blocks in position order: the engine
+  /// copies the pages' K/V into them. Throws, changing nothing, what check_insert_pages() throws.
+  std::vector<PageId> insert_pages(const SequenceId& seq, std::span<const std::size_t> positions) {
+    check_insert_pages(seq, positions);
+    auto& e = find(seq);
+    std::vector<PageId> blocks;
+    blocks.reserve(positions.size());
+    std::vector<PageId> table;
+    table.reserve(e.blocks.size() + positions.size());  // both allocations before anything changes
+    for (std::size_t i = 0, k = 0, old = 0; i < e.blocks.size() + positions.size(); ++i) {
+      if (k < positions.size() && positions[k] == i) {
+        blocks.push_back(free_[free_.size() - 1 - k]);
+        table.push_back(blocks.back());
+        ++k;
+      } else {
+        table.push_back(e.blocks[old++]);
+      }
+    }
+    for (PageId id : blocks) {
+      refs_[static_cast<std::size_t>(id)] = 1;
+      free_.pop_back();
+    }
+    e.blocks = std::move(table);
+    e.tokens += positions.size() * page_size_;
+    return blocks;
+  }
+
   /// Checks the pool's invariants: a block is free exactly when no sequence holds it, its reference count is the
   /// number of times sequences hold it, no sequence holds a block twice, and each sequence holds exactly the
   /// blocks its token count needs. Returns false on any violation.
@@ -266,6 +314,7 @@ static_assert(page_table<block_pool<>>);
 static_assert(checked_page_table<block_pool<>>);
 static_assert(shared_page_table<block_pool<>>);
 static_assert(batch_page_table<block_pool<>>);
+static_assert(inserting_page_table<block_pool<>>);
 
 }  // namespace memdecay
 

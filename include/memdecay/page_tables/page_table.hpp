@@ -139,6 +139,18 @@ concept batch_page_table = checked_page_table<T> &&
   {const_table.check_remove_pages_of(batch)};
 };
 
+/// A page table that can take pages back (a host tier's recall, tiers/host_tier.hpp) and owns its blocks:
+/// insert_pages(seq, positions) inserts full pages so that they end at the strictly ascending logical `positions`,
+/// each in a fresh block, and returns the blocks in position order; check_insert_pages(seq, positions) throws what
+/// it would, changing nothing; free_blocks() and ref_count(id) say whether a removal makes room for an insertion.
+template <class T>
+concept inserting_page_table = checked_page_table<T> && shared_page_table<T> &&
+    requires(T& table, const T& const_table, const typename T::sequence_id& seq, std::span<const std::size_t> at) {
+  { table.insert_pages(seq, at) } -> std::same_as<std::vector<typename T::page_id>>;
+  {const_table.check_insert_pages(seq, at)};
+  { const_table.free_blocks() } -> std::convertible_to<std::size_t>;
+};
+
 /// Throws usage_error unless `pages` are strictly ascending logical indices below `num_pages`. Every table in
 /// this library checks its removal lists with it, so the messages read the same everywhere.
 inline void check_page_list(std::span<const std::size_t> pages, std::size_t num_pages) {

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The host tier from Python: demotion plans that keep pages on the host, observations over the device, recall plans
+from a query or from the engine's own bounds, the device BlockPool following, and errors that change nothing."""
+import numpy as np
+import pytest
+
+import memdecay as md
+
+P = 4
+
+
+def tiered(pages=8, budget=4, **tier):
+    seq = md.Sequence(md.Config(page_size=P, protection=md.Protection(recent_tokens=P, sink_pages=0),
+                                budget=md.Budget.pages(budget)))
+    seq.append("system", P)
+    for step in range(1, pages + 1):
+        seq.advance_to(step)
+        seq.append("user", P)
+    seq.enable_digests(kv_heads=1, head_dim=2)
+    for p in range(seq.num_pages):
+        seq.set_page_keys(p, np.tile(np.array([0.1 * p, 0.0], np.float32), (P, 1)))
+    seq.enable_host_tier(**tier)
+    return seq
+
+
+def test_victims_go_to_host_and_observations_cover_the_device():
+    seq = tiered()
+    positions = seq.positions()
+    plan = seq.select_for_budget()
+    assert list(plan.demoted) == list(plan.pages) and len(plan.host_dropped) == 0
+    seq.commit(plan)
+    assert seq.host_pages == len(plan.pages) and seq.device_len == seq.kv_len - seq.host_pages * P
+    assert np.array_equal(seq.positions(), positions)
+    assert list(np.flatnonzero(seq.on_host())) == list(plan.pages)
+    assert all(seq.page_statuses()[p] == "host" for p in plan.pages)
+    with pytest.raises(md.InputError):
+        seq.observe_tokens(np.full(seq.kv_len, 0.01, np.float32))
+    seq.observe_tokens(np.full(seq.device_len, 0.01, np.float32))
+
+
+def test_recall_with_a_block_pool_inserts_the_promoted_page_at_its_place():
+    seq = tiered()
+    pool = md.BlockPool(seq.num_pages, P)
+    pool.open(0)
+    pool.append_tokens(0, seq.kv_len)
+    seq.commit(seq.select_for_budget(), pool, 0)
+    host = list(np.flatnonzero(seq.on_host()))
+    seq.set_page_keys(host[1], np.tile(np.array([0.0, 10.0], np.float32), (P, 1)))
+    query = np.array([0.0, 1.0], np.float32)
+    recall = seq.select_recall(query)
+    assert list(recall.promote) == [host[1]] and recall.pages_moved >= 1
+    bounds = seq.page_bounds(query).max(axis=0)
+    assert list(seq.select_recall_for_bounds(bounds).promote) == [host[1]]
+    done = seq.commit_recall(recall, pool, 0)
+    assert pool.num_pages(0) == seq.device_pages and pool.consistent()
+    assert pool.block_table(0)[seq.device_index(host[1])] == done["inserted"][0]
+    assert seq.page_statuses()[host[1]] == "recalled"
+
+
+def test_errors_change_nothing():
+    seq = tiered()
+    with pytest.raises(md.ConfigError, match="hysteresis"):
+        seq.enable_host_tier(hysteresis=-1.0)
+    seq.commit(seq.select_for_budget())
+    recall = seq.select_recall(np.array([0.0, 1.0], np.float32))
+    digest = seq.digest()
+    seq.advance_to(seq.now + 1)
+    with pytest.raises(md.UsageError, match="stale"):
+        seq.commit_recall(recall)
+    with pytest.raises(md.UsageError, match="on the host"):
+        seq.disable_host_tier()
+    with pytest.raises(md.InputError):
+        seq.select_recall(np.array([1.0], np.float32))
+    assert seq.host_pages > 0 and seq.digest() != digest  # only the clock moved
