@@ -143,6 +143,10 @@ struct memdecay_plan {
   memdecay_c::plan_type plan;
 };
 
+struct memdecay_recall_plan {
+  memdecay::recall_plan plan;
+};
+
 struct memdecay_removal {
   memdecay::page_removal<std::int32_t> removal;
 };

@@ -286,6 +286,95 @@ memdecay_plan_view memdecay_plan_get(const memdecay_plan* plan) {
   return {p.pages.data(), p.scores.data(), p.pages.size(), p.requested, p.pages_over_budget, p.page_size, p.generation};
 }
 
+memdecay_plan_tier_view memdecay_plan_get_tier(const memdecay_plan* plan) {
+  if (!plan) return memdecay_plan_tier_view{};
+  const plan_type& p = plan->plan;
+  return {p.demoted.data(), p.demoted.size(), p.host_dropped.data(), p.host_dropped.size()};
+}
+
+memdecay_host_tier_config memdecay_host_tier_config_default(void) {
+  const md::host_tier_config d;
+  return {MEMDECAY_BUDGET_UNLIMITED, 0.0, d.min_host_priority, d.hysteresis, d.min_device_steps, 0};
+}
+
+memdecay_status memdecay_sequence_enable_host_tier(memdecay_sequence* sequence,
+                                                   const memdecay_host_tier_config* config) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const memdecay_host_tier_config& c = *require(config, "config");
+    md::host_tier_config t{
+        .min_host_priority = c.min_host_priority, .hysteresis = c.hysteresis, .min_device_steps = c.min_device_steps};
+    switch (c.host_budget_unit) {
+      case MEMDECAY_BUDGET_UNLIMITED: break;
+      case MEMDECAY_BUDGET_TOKENS: t.host_budget = md::budget_config::tokens(c.host_budget); break;
+      case MEMDECAY_BUDGET_PAGES: t.host_budget = md::budget_config::pages(c.host_budget); break;
+      case MEMDECAY_BUDGET_RATIO: t.host_budget = md::budget_config::ratio(c.host_budget); break;
+      default:
+        throw md::config_error("invalid config: host_tier.host_budget_unit = " +
+                               std::to_string(static_cast<int>(c.host_budget_unit)));
+    }
+    if (c.max_recall_pages != 0) t.max_recall_pages = c.max_recall_pages;
+    s.enable_host_tier(t);
+  });
+}
+
+memdecay_status memdecay_sequence_disable_host_tier(memdecay_sequence* sequence) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.disable_host_tier(); });
+}
+
+memdecay_status memdecay_sequence_get_tier_info(const memdecay_sequence* sequence, memdecay_tier_info* info) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const auto* t = s.host_tier();
+    *require(info, "info") = memdecay_tier_info{t ? 1 : 0, s.device_len(), s.device_pages(), t ? t->host_pages() : 0};
+  });
+}
+
+memdecay_status memdecay_sequence_on_host(const memdecay_sequence* sequence, uint8_t* flags, size_t capacity,
+                                          size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    std::vector<std::uint8_t> out(s.num_pages(), 0);
+    if (const auto* t = s.host_tier()) out.assign(t->host_flags().begin(), t->host_flags().end());
+    copy_out(out, flags, capacity, count, "flags");
+  });
+}
+
+memdecay_status memdecay_sequence_device_index(const memdecay_sequence* sequence, size_t page, size_t* index) {
+  return on_sequence(sequence, [&](sequence_handle& s) { *require(index, "index") = s.device_index(page); });
+}
+
+memdecay_status memdecay_sequence_select_recall(const memdecay_sequence* sequence, const float* query,
+                                                size_t query_count, const size_t* protect, size_t num_protect,
+                                                memdecay_recall_plan** out) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    require(out, "out");
+    auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"));
+    *out = new memdecay_recall_plan{std::move(plan)};
+  });
+}
+
+memdecay_status memdecay_sequence_select_recall_for_bounds(const memdecay_sequence* sequence, const float* bounds,
+                                                           size_t count, const size_t* protect, size_t num_protect,
+                                                           memdecay_recall_plan** out) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    require(out, "out");
+    auto plan =
+        s.select_recall_for_bounds(array_of(bounds, count, "bounds"), array_of(protect, num_protect, "protect"));
+    *out = new memdecay_recall_plan{std::move(plan)};
+  });
+}
+
+memdecay_status memdecay_sequence_commit_recall(memdecay_sequence* sequence, const memdecay_recall_plan* plan) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.commit_recall(require(plan, "plan")->plan); });
+}
+
+memdecay_recall_plan_view memdecay_recall_plan_get(const memdecay_recall_plan* plan) {
+  if (!plan) return memdecay_recall_plan_view{};
+  const md::recall_plan& p = plan->plan;
+  return {p.promote.data(), p.promote_bounds.data(), p.promote.size(), p.demote.data(), p.demote.size(),
+          p.drop.data(),    p.drop.size(),           p.page_size,      p.generation};
+}
+
+void memdecay_recall_plan_destroy(memdecay_recall_plan* plan) { delete plan; }
+
 void memdecay_plan_destroy(memdecay_plan* plan) { delete plan; }
 
 memdecay_status memdecay_llama_position_ranges(const memdecay_sequence* sequence, const memdecay_plan* plan,

@@ -272,6 +272,66 @@ static void test_digests(void) {
   memdecay_config_destroy(cfg);
 }
 
+static void test_host_tier(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  memdecay_plan* plan = NULL;
+  memdecay_recall_plan* recall = NULL;
+  memdecay_host_tier_config tier = memdecay_host_tier_config_default();
+  memdecay_tier_info info;
+  memdecay_plan_view pv;
+  memdecay_plan_tier_view tv;
+  memdecay_recall_plan_view rv;
+  float keys[16 * 2], query[2] = {0.0f, 1.0f};
+  uint8_t flags[16];
+  size_t i, p, count = 0, host = 0, index = 0;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, 8, NAN));
+  seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16, budget 8 pages */
+  CHECK_OK(memdecay_sequence_enable_digests(seq, 1, 2, 1, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F32, 0.0));
+  for (p = 0; p < 16; ++p) {
+    for (i = 0; i < 16; ++i) {
+      keys[2 * i] = 1.0f;
+      keys[2 * i + 1] = 0.1f * (float)p;
+    }
+    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 32));
+  }
+  tier.hysteresis = -1.0;
+  CHECK_FAILS(memdecay_sequence_enable_host_tier(seq, &tier), MEMDECAY_CONFIG_ERROR, "hysteresis");
+  CHECK_FAILS(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall), MEMDECAY_USAGE_ERROR, "host tier");
+  tier = memdecay_host_tier_config_default();
+  tier.host_budget_unit = MEMDECAY_BUDGET_PAGES;
+  tier.host_budget = 6;
+  tier.max_recall_pages = 1;
+  CHECK_OK(memdecay_sequence_enable_host_tier(seq, &tier));
+  CHECK_OK(memdecay_sequence_select_for_budget(seq, NULL, 0, &plan));
+  pv = memdecay_plan_get(plan);
+  tv = memdecay_plan_get_tier(plan);
+  CHECK(pv.num_pages == 8 && tv.num_demoted == 6 && tv.num_host_dropped == 0);
+  CHECK_OK(memdecay_sequence_commit(seq, plan));
+  memdecay_plan_destroy(plan);
+  CHECK_OK(memdecay_sequence_get_tier_info(seq, &info));
+  CHECK(info.has_host_tier == 1 && info.host_pages == 6 && info.device_pages == 8 && info.device_len == 8 * 16);
+  CHECK_OK(memdecay_sequence_on_host(seq, flags, 16, &count));
+  CHECK(count == 14);
+  for (p = 0; p < count; ++p)
+    if (flags[p]) host = p;
+  CHECK_FAILS(memdecay_sequence_device_index(seq, host, &index), MEMDECAY_INPUT_ERROR, "on the host");
+  /* The query now wants the last host page. */
+  for (i = 0; i < 16; ++i) keys[2 * i + 1] = 50.0f;
+  CHECK_OK(memdecay_sequence_set_page_keys(seq, host, keys, 32));
+  CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
+  CHECK_OK(memdecay_sequence_commit_recall(seq, recall));
+  CHECK_FAILS(memdecay_sequence_commit_recall(seq, recall), MEMDECAY_USAGE_ERROR, "stale");
+  memdecay_recall_plan_destroy(recall);
+  CHECK_OK(memdecay_sequence_device_index(seq, host, &index));
+  CHECK_FAILS(memdecay_sequence_disable_host_tier(seq), MEMDECAY_USAGE_ERROR, "on the host");
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 struct removal_log {
   size_t calls;
   size_t pages[64];
@@ -674,6 +734,7 @@ int main(int argc, char** argv) {
   test_policies_and_params();
   test_sequence_errors_change_nothing();
   test_digests();
+  test_host_tier();
   test_commits();
   test_snapshots();
   test_tables();

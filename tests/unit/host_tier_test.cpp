@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memdecay/core/sequence.hpp>
+#include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/io/snapshot.hpp>
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/tiers/host_tier.hpp>
@@ -553,4 +554,14 @@ TEST(HostTier, ARecallWithTheDeviceTableInsertsThePromotedPagesAtTheirPlace) {
   EXPECT_EQ(full.num_pages(0), seq.device_pages());
   EXPECT_EQ(full.free_blocks(), 0u);
   EXPECT_TRUE(full.consistent());
+}
+
+TEST(HostTier, LlamaCppSeesHostPagesAsHoles) {
+  auto seq = filled(4, 8);
+  seq.enable_host_tier({});
+  const auto plan = seq.select_for_budget();
+  const auto ranges = md::llama_position_ranges(seq, plan);  // what leaves llama.cpp's cache: every victim
+  seq.commit(plan);
+  ASSERT_EQ(seq.host_pages(), plan.pages.size());
+  EXPECT_EQ(md::llama_evicted_ranges(seq), ranges) << "host pages are not in the device cache";
 }

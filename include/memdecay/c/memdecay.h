@@ -356,6 +356,77 @@ typedef struct memdecay_plan_view {
 MEMDECAY_C_API memdecay_plan_view memdecay_plan_get(const memdecay_plan* plan);
 MEMDECAY_C_API void memdecay_plan_destroy(memdecay_plan* plan);
 
+/* ---- the host tier (docs/tiers.md) ------------------------------------------------------------------------- */
+/* Demote the budget's victims to host memory instead of dropping them, and recall them by query. Page indices
+ * (plans, scores) count device and host pages alike; observations cover the device tokens (device_len). */
+
+typedef struct memdecay_host_tier_config {
+  memdecay_budget_unit host_budget_unit; /* the host tier's size: MEMDECAY_BUDGET_UNLIMITED by default */
+  double host_budget;
+  double min_host_priority;  /* a page goes to host only if one of its regions has base priority >= this */
+  double hysteresis;         /* logits a host page's bound must beat a device page's by */
+  uint32_t min_device_steps; /* a recalled page stays this many steps */
+  size_t max_recall_pages;   /* promotions per recall plan; 0 = no limit */
+} memdecay_host_tier_config;
+/* The defaults: unlimited host tier, no region rule, no hysteresis, 4 steps, no limit. */
+MEMDECAY_C_API memdecay_host_tier_config memdecay_host_tier_config_default(void);
+/* MEMDECAY_CONFIG_ERROR naming the field; MEMDECAY_USAGE_ERROR for a manager's sequence. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_enable_host_tier(memdecay_sequence* sequence,
+                                                                  const memdecay_host_tier_config* config);
+/* MEMDECAY_USAGE_ERROR while pages are on the host (they would be lost). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_disable_host_tier(memdecay_sequence* sequence);
+typedef struct memdecay_tier_info {
+  int has_host_tier;
+  size_t device_len; /* tokens on the device: what observations cover */
+  size_t device_pages;
+  size_t host_pages;
+} memdecay_tier_info;
+MEMDECAY_C_API memdecay_status memdecay_sequence_get_tier_info(const memdecay_sequence* sequence,
+                                                               memdecay_tier_info* info);
+/* Per held page: 1 on the host, 0 on the device. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_on_host(const memdecay_sequence* sequence, uint8_t* flags,
+                                                         size_t capacity, size_t* count);
+/* A device page's index in the engine's device page table (MEMDECAY_INPUT_ERROR for a host page). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_device_index(const memdecay_sequence* sequence, size_t page,
+                                                              size_t* index);
+
+typedef struct memdecay_recall_plan memdecay_recall_plan;
+/* Phase 1 of a recall (changes nothing): from the step's query (query_heads x head_dim; needs page digests) ... */
+MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall(const memdecay_sequence* sequence, const float* query,
+                                                               size_t query_count, const size_t* protect,
+                                                               size_t num_protect, memdecay_recall_plan** out);
+/* ... or from per-page bounds the engine computed (one per held page). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_for_bounds(const memdecay_sequence* sequence,
+                                                                          const float* bounds, size_t count,
+                                                                          const size_t* protect, size_t num_protect,
+                                                                          memdecay_recall_plan** out);
+/* Phase 2: promoted pages return to the device at their place, demoted ones go to host, dropped ones leave (the
+ * engine has copied them and updated its table). MEMDECAY_USAGE_ERROR for a stale plan. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_commit_recall(memdecay_sequence* sequence,
+                                                               const memdecay_recall_plan* plan);
+typedef struct memdecay_recall_plan_view {
+  const size_t* promote; /* host pages, ascending */
+  const float* promote_bounds;
+  size_t num_promote;
+  const size_t* demote; /* device pages to host, ascending */
+  size_t num_demote;
+  const size_t* drop; /* device pages dropped, ascending */
+  size_t num_drop;
+  size_t page_size;
+  uint64_t generation;
+} memdecay_recall_plan_view;
+MEMDECAY_C_API memdecay_recall_plan_view memdecay_recall_plan_get(const memdecay_recall_plan* plan);
+/* An eviction plan's host-tier part: the victims that go to host (a subset of its pages) and the host pages dropped
+ * to make room for them (both empty without a tier). The pointers live as long as the plan. */
+typedef struct memdecay_plan_tier_view {
+  const size_t* demoted;
+  size_t num_demoted;
+  const size_t* host_dropped;
+  size_t num_host_dropped;
+} memdecay_plan_tier_view;
+MEMDECAY_C_API memdecay_plan_tier_view memdecay_plan_get_tier(const memdecay_plan* plan);
+MEMDECAY_C_API void memdecay_recall_plan_destroy(memdecay_recall_plan* plan);
+
 /* ---- exports ------------------------------------------------------------------------------------------------- */
 
 /* A llama.cpp position range [p0, p1) for llama_memory_seq_rm. */

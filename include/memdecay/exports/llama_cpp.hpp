@@ -59,13 +59,18 @@ template <sequence_like Sequence>
 }
 
 /// Every position `seq` has evicted so far, as ascending, merged ranges: the holes in its llama.cpp cache. An
-/// engine that rebuilds or checks its cache (after a restore, or to assert the two agree) replays these.
+/// engine that rebuilds or checks its cache (after a restore, or to assert the two agree) replays these. With a host
+/// tier (tiers/host_tier.hpp), a page on the host is a hole too: the cache holds the device pages only.
 template <sequence_like Sequence>
 [[nodiscard]] std::vector<llama_position_range> llama_evicted_ranges(const Sequence& seq) {
   std::vector<llama_position_range> out;
   const std::uint64_t P = seq.page_size();
   std::uint64_t expected = 0;  // the next original page if nothing had been evicted
-  for (std::uint64_t origin : seq.state().page_origins()) {
+  const auto origins = seq.state().page_origins();
+  for (std::size_t p = 0; p < origins.size(); ++p) {
+    if constexpr (requires { seq.host_pages(); })
+      if (seq.host_pages() != 0 && seq.host_tier().on_host(p)) continue;
+    const std::uint64_t origin = origins[p];
     if (origin > expected) detail::push_position_range(out, expected * P, origin * P);
     expected = origin + 1;
   }
