@@ -191,6 +191,79 @@ TYPED_TEST(FaultInjection, ASequenceCommitThatFailsAtAnyTableCallChangesNothing)
     }
 }
 
+// A host tier's recall into the device table (tiers/host_tier.hpp): with free blocks for the promotions, a fault
+// at any table call (the checks, the insertion, the removal, a short report) leaves the sequence and the table as
+// they were, and the same plan then commits.
+TYPED_TEST(FaultInjection, ARecallCommitThatFailsAtAnyTableCallChangesNothing) {
+  using seq_t = sequence_of<TypeParam, float>;
+  auto build = [](seq_t& seq, md::block_pool<>& pool) {
+    pool.open(0);
+    seq.append(md::regions::system, page);
+    pool.append_tokens(0, page);
+    for (md::step_t step = 1; step <= 10; ++step) {
+      seq.append(md::regions::retrieval, page);
+      pool.append_tokens(0, page);
+      seq.advance_to(step);
+    }
+    seq.enable_digests({.kv_heads = 1, .head_dim = 2});
+    for (std::size_t p = 0; p < seq.num_pages(); ++p) {
+      const std::vector<float> keys(2 * page, 0.1f * static_cast<float>(p));
+      seq.set_page_keys(p, keys);
+    }
+    seq.enable_host_tier({.max_recall_pages = 2});
+    (void)seq.commit(seq.select_for_budget(), pool, 0);
+    for (std::size_t p = 0, n = 0; p < seq.num_pages() && n < 2; ++p)
+      if (seq.residency(p) == md::page_residency::host) {
+        const std::vector<float> keys(2 * page, 20.0f + static_cast<float>(n++));
+        seq.set_page_keys(p, keys);  // the query's pages, on the host
+      }
+  };
+  md::config cfg = config_of<TypeParam>();
+  cfg.budget = md::budget_config::pages(6);
+  const std::vector<float> query{1.0f, 1.0f};
+  seq_t ref(cfg, TypeParam::template params<float>());
+  md::block_pool<> ref_pool(64, page);
+  build(ref, ref_pool);
+  const auto plan = ref.select_recall(query);
+  ASSERT_EQ(plan.promote.size(), 2u);
+  ASSERT_EQ(plan.demote.size() + plan.drop.size(), 2u) << "a swap: the device is at its budget";
+  faulty_table counting(ref_pool);
+  counting.fail(std::nullopt, fault_mode::engine_error);
+  (void)ref.commit_recall(plan, counting, 0);
+  const std::size_t calls = counting.calls();
+  const auto after = ref.digest();
+  const auto table_after = fingerprint(ref_pool, {0});
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      seq_t seq(cfg, TypeParam::template params<float>());
+      md::block_pool<> pool(64, page);
+      build(seq, pool);
+      const auto digest = seq.digest();
+      const auto table = fingerprint(pool, {0});
+      faulty_table ft(pool);
+      ft.fail(k, mode);
+      bool threw = false;
+      try {
+        (void)seq.commit_recall(plan, ft, 0);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      ASSERT_EQ(threw, ft.fired());
+      if (!threw) continue;
+      ++fired;
+      ASSERT_EQ(seq.digest(), digest);
+      ASSERT_EQ(fingerprint(pool, {0}), table);
+      ASSERT_TRUE(pool.consistent());
+      ft.fail(std::nullopt, mode);
+      (void)seq.commit_recall(plan, ft, 0);
+      ASSERT_EQ(seq.digest(), after);
+      ASSERT_EQ(fingerprint(pool, {0}), table_after);
+    }
+  EXPECT_GE(fired, 3 * calls) << "every call should have failed in each throwing mode";
+}
+
 TYPED_TEST(FaultInjection, AForkThatFailsAtAnyTableCallChangesNothing) {
   world<TypeParam> ref(7);
   faulty_table counting(ref.pool);

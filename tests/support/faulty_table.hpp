@@ -110,6 +110,20 @@ class faulty_table {
     hit("ref_count", false);
     return inner_.ref_count(id);
   }
+  [[nodiscard]] std::size_t free_blocks() const requires memdecay::inserting_page_table<Table> {
+    hit("free_blocks", false);
+    return inner_.free_blocks();
+  }
+  void check_insert_pages(const sequence_id& seq,
+                          std::span<const std::size_t> at) const requires memdecay::inserting_page_table<Table> {
+    hit("check_insert_pages", false);
+    inner_.check_insert_pages(seq, at);
+  }
+  std::vector<page_id> insert_pages(const sequence_id& seq,
+                                    std::span<const std::size_t> at) requires memdecay::inserting_page_table<Table> {
+    hit("insert_pages", false);
+    return inner_.insert_pages(seq, at);
+  }
 
  private:
   // Counts a call; throws (or, for short_report at a removal, returns true) when it is the armed one.

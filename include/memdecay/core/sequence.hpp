@@ -572,50 +572,72 @@ class basic_sequence {
                           detail::to_text(host_pages() - plan.promote.size() + plan.demote.size()) +
                           " pages on a host tier of " + detail::to_text(capacity));
   }
-  /// commit_recall together with the engine's device page table: the displaced pages are removed (the demoted
-  /// ones' K/V copied to the host before), then the promoted pages are inserted at their place, each in a fresh
-  /// block, returned in page order (the engine copies their K/V from the host into them). A full table swaps: the
-  /// removal makes the room. usage_error, changing neither, for what commit_recall rejects or a table that
-  /// disagrees with the device pages; input_error, changing neither, when the table has no room for the promoted
-  /// pages even after the removal.
+  /// commit_recall together with the engine's device page table, which inserts the promoted pages at their place
+  /// in fresh blocks (returned in page order: the engine copies their K/V from the host into them) and removes the
+  /// displaced ones (the demoted ones' K/V copied to the host before). usage_error, changing neither, for what
+  /// commit_recall rejects or a table that disagrees with the device pages; input_error, changing neither, when the
+  /// table has no room for the promoted pages even after the removal. With free blocks for the promotions the
+  /// insertion comes first, and a removal the table then refuses takes the inserted pages out again: nothing
+  /// changes. A full table swaps (the removal makes the room), so there the insertion comes last, and a table
+  /// that fails it (an engine error; the room and the positions were checked) leaves the removal done.
   template <inserting_page_table Table>
   recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
                                                        const typename Table::sequence_id& seq) {
     check_unmanaged();
     check_recall(plan);
     detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
-    // Table indices now (removal) and after the removal (insertion: the staying device pages before it, plus the
-    // promoted pages before it).
-    std::vector<std::size_t> remove_at, insert_at;
+    const bool insert_first = table.free_blocks() >= plan.promote.size();
+    // Table indices of the removal and the insertion, each in the table as the other step leaves it: the device
+    // pages before a page (staying ones only, for an insertion after the removal) plus the promoted before it.
+    std::vector<std::size_t> remove_at, insert_at, remove_now;
     remove_at.reserve(plan.demote.size() + plan.drop.size());
+    remove_now.reserve(remove_at.capacity());
     insert_at.reserve(plan.promote.size());
     std::size_t device_before = 0, staying_before = 0;
     for (std::size_t p = 0, a = 0, b = 0, c = 0; p < num_pages(); ++p) {
       if (a < plan.promote.size() && plan.promote[a] == p) {
-        insert_at.push_back(staying_before + a++);
+        insert_at.push_back((insert_first ? device_before : staying_before) + a++);
         continue;
       }
       if (tier_->on_host(p)) continue;
       const bool demoted = b < plan.demote.size() && plan.demote[b] == p;
       const bool dropped = c < plan.drop.size() && plan.drop[c] == p;
       b += demoted, c += dropped;
-      if (demoted || dropped)
-        remove_at.push_back(device_before);
-      else
+      if (demoted || dropped) {
+        remove_now.push_back(device_before);
+        remove_at.push_back(device_before + (insert_first ? a : 0));
+      } else {
         ++staying_before;
+      }
       ++device_before;
     }
-    table.check_remove_pages(seq, remove_at);
-    std::size_t freed = 0;
-    for (std::size_t i : remove_at) freed += table.ref_count(table.page_at(seq, i)) == 1 ? 1 : 0;
-    if (table.free_blocks() + freed < insert_at.size())
-      detail::raise_input("commit_recall: the device table has " + detail::to_text(table.free_blocks()) +
-                          " free blocks (" + detail::to_text(table.free_blocks() + freed) +
-                          " after the removal), the recall needs " + detail::to_text(insert_at.size()));
+    table.check_remove_pages(seq, remove_now);
     recall_commit<typename Table::page_id> out;
-    out.removed = table.remove_pages(seq, remove_at);
-    detail::check_removal_answer(out.removed, remove_at.size());
-    out.inserted = table.insert_pages(seq, insert_at);  // cannot fail: room checked, positions valid by construction
+    if (insert_first) {
+      out.inserted = table.insert_pages(seq, insert_at);
+#if MEMDECAY_HAS_EXCEPTIONS
+      try {
+        out.removed = table.remove_pages(seq, remove_at);
+        detail::check_removal_answer(out.removed, remove_at.size());
+      } catch (...) {
+        (void)table.remove_pages(seq, insert_at);  // the inserted pages out again: the table is as it was
+        throw;
+      }
+#else
+      out.removed = table.remove_pages(seq, remove_at);
+      detail::check_removal_answer(out.removed, remove_at.size());
+#endif
+    } else {
+      std::size_t freed = 0;
+      for (std::size_t i : remove_now) freed += table.ref_count(table.page_at(seq, i)) == 1 ? 1 : 0;
+      if (table.free_blocks() + freed < insert_at.size())
+        detail::raise_input("commit_recall: the device table has " + detail::to_text(table.free_blocks()) +
+                            " free blocks (" + detail::to_text(table.free_blocks() + freed) +
+                            " after the removal), the recall needs " + detail::to_text(insert_at.size()));
+      out.removed = table.remove_pages(seq, remove_now);
+      detail::check_removal_answer(out.removed, remove_now.size());
+      out.inserted = table.insert_pages(seq, insert_at);
+    }
     apply_recall(plan);
     return out;
   }

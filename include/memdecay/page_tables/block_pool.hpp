@@ -237,9 +237,12 @@ class block_pool {
     blocks.reserve(positions.size());
     std::vector<PageId> table;
     table.reserve(e.blocks.size() + positions.size());  // both allocations before anything changes
-    for (std::size_t i = 0, k = 0, old = 0; i < e.blocks.size() + positions.size(); ++i) {
-      if (k < positions.size() && positions[k] == i) {
-        blocks.push_back(free_[free_.size() - 1 - k]);
+    // Position k takes the k-th of the last n free blocks: removing the inserted pages again (ascending) pushes
+    // them back in the same order, so an undone insertion leaves the free list exactly as it was.
+    const std::size_t n = positions.size();
+    for (std::size_t i = 0, k = 0, old = 0; i < e.blocks.size() + n; ++i) {
+      if (k < n && positions[k] == i) {
+        blocks.push_back(free_[free_.size() - n + k]);
         table.push_back(blocks.back());
         ++k;
       } else {
