@@ -152,9 +152,7 @@ class basic_sequence {
   // --- residency (tiers/host_tier.hpp) ------------------------------------------------------------------------
   // Without a host tier every held page is on the device: kv_len() == device_len(), num_pages() == device_pages().
   /// Tokens on the device (the engine's device KV length): what observations cover.
-  [[nodiscard]] std::size_t device_len() const noexcept {
-    return kv_len() - (tier_ ? tier_->host_pages() * page_size() : 0);
-  }
+  [[nodiscard]] std::size_t device_len() const noexcept { return kv_len() - host_tokens(); }
   [[nodiscard]] std::size_t device_pages() const noexcept { return num_pages() - host_pages(); }
   [[nodiscard]] std::size_t host_pages() const noexcept { return tier_ ? tier_->host_pages() : 0; }
   [[nodiscard]] std::size_t host_tokens() const noexcept { return host_pages() * page_size(); }
@@ -180,15 +178,13 @@ class basic_sequence {
     cfg.validate();
     if (mark_.owned)
       detail::raise_usage("enable_host_tier: this sequence is owned by a manager, which has no host tier");
-    page_residencies next(cfg);
-    next.reserve(num_pages());
     if (tier_) {
-      next.restore(std::vector<std::uint8_t>(tier_->host_flags().begin(), tier_->host_flags().end()),
-                   std::vector<step_t>(tier_->recalled_at().begin(), tier_->recalled_at().end()));
+      tier_->reconfigure(cfg);
     } else {
-      next.resize(num_pages());
+      page_residencies next(cfg);
+      next.resize(num_pages());  // may throw bad_alloc: nothing has changed yet
+      tier_ = std::move(next);
     }
-    tier_ = std::move(next);
     state_.touch();
   }
   /// Stops demoting. usage_error, changing nothing, while pages are on the host (recall or drop them first: they
@@ -462,12 +458,13 @@ class basic_sequence {
   /// With a host tier the victims are device pages only, and the plan says which of them go to host (demoted)
   /// and which host pages are dropped to make room (host_dropped).
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
-    if (tier_) return select_tiered(k, caller_protected);
     // Nothing to choose (select_for_budget within the budget, every step of most engines): no scores, no statuses.
-    if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0);
+    if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0, device_len());
     const auto scores = page_scores();
     const auto status = page_statuses(caller_protected);
-    return detail::make_plan<Float>(state_, config_.budget, scores, status, k);
+    auto plan = detail::make_plan<Float>(state_, config_.budget, scores, status, k, device_len());
+    if (tier_) split_for_host(plan, scores);
+    return plan;
   }
   /// What the budget asks for: nothing while the resident size is within the high watermark; otherwise enough of
   /// the lowest-scoring evictable pages to reach the low watermark. When pinned and protected pages alone exceed
@@ -544,11 +541,7 @@ class basic_sequence {
   /// Throws what commit_recall(plan) would throw, and changes nothing.
   void check_recall(const recall_plan& plan) const {
     check_tier("commit_recall");
-    if (plan.generation != generation())
-      detail::raise_usage("commit_recall: stale plan: selected at generation " + detail::to_text(plan.generation) +
-                          ", the sequence is at generation " + detail::to_text(generation()));
-    if (plan.page_size != page_size())
-      detail::raise_usage("commit_recall: plan was made for page size " + detail::to_text(plan.page_size));
+    detail::check_plan_made_for(plan.generation, plan.page_size, state_, "commit_recall");
     if (plan.promote_bounds.size() != plan.promote.size())
       detail::raise_usage("commit_recall: promote_bounds has " + detail::to_text(plan.promote_bounds.size()) +
                           " entries, promote " + detail::to_text(plan.promote.size()));
@@ -710,36 +703,22 @@ class basic_sequence {
     policy_.check_observation(view(), std::span<const Float>(held));
     return apply(held);
   }
-  [[nodiscard]] plan_type select_tiered(std::size_t k, std::span<const std::size_t> caller_protected) const {
-    plan_type plan;
-    const std::size_t P = page_size();
-    plan.requested = k;
-    plan.page_size = P;
-    plan.generation = generation();
-    if (k > 0) {
-      const auto scores = page_scores();
-      const auto status = page_statuses(caller_protected);
-      plan.pages = simd::select_lowest_pages_fast<Float>(std::span<const Float>(scores), status, k);
-      for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
-      std::vector<std::uint8_t> worthy(plan.pages.size());
-      const auto labels = state_.regions();
-      for (std::size_t v = 0; v < plan.pages.size(); ++v)
-        worthy[v] =
-            detail::host_worthy(labels.subspan(plan.pages[v] * P, P), regions_, tier_->config().min_host_priority);
-      auto split = detail::split_demotion<Float>(plan.pages, worthy, *tier_, std::span<const Float>(scores),
-                                                 tier_->config().host_capacity_pages(P, logical_len()));
-      plan.demoted = std::move(split.demoted);
-      plan.host_dropped = std::move(split.host_dropped);
-    }
-    plan.pages_over_budget = detail::pages_over_high(config_.budget, P, logical_len(), device_len() - plan.tokens());
-    return plan;
+  // Whether page `page` may go to host under the tier's region rule.
+  [[nodiscard]] bool worthy_of_host(std::size_t page) const noexcept {
+    return detail::host_worthy(state_.regions().subspan(page * page_size(), page_size()), regions_,
+                               tier_->config().min_host_priority);
+  }
+  // Which of the plan's victims go to host and which host pages are dropped for them (detail::split_demotion).
+  void split_for_host(plan_type& plan, std::span<const Float> scores) const {
+    std::vector<std::uint8_t> worthy(plan.pages.size());
+    for (std::size_t v = 0; v < plan.pages.size(); ++v) worthy[v] = worthy_of_host(plan.pages[v]);
+    auto split = detail::split_demotion<Float>(plan.pages, worthy, *tier_, scores,
+                                               tier_->config().host_capacity_pages(page_size(), logical_len()));
+    plan.demoted = std::move(split.demoted);
+    plan.host_dropped = std::move(split.host_dropped);
   }
   void check_tiered_plan(const plan_type& plan) const {
-    if (plan.generation != generation())
-      detail::raise_usage("stale plan: selected at generation " + detail::to_text(plan.generation) +
-                          ", the sequence is at generation " + detail::to_text(generation()));
-    if (plan.page_size != page_size())
-      detail::raise_usage("plan was made for page size " + detail::to_text(plan.page_size));
+    detail::check_plan_made_for(plan.generation, plan.page_size, state_);
     if (auto problem = state_.removal_problem(plan.pages); !problem.empty()) detail::raise_usage(problem);
     detail::check_plan_statuses(plan.pages, page_statuses());
     detail::check_ascending(plan.demoted, "demoted");
@@ -824,8 +803,7 @@ class basic_sequence {
       } else {
         if (!has_weakest) break;
         const std::size_t d = device[next_device++].second;
-        const auto labels = state_.regions().subspan(d * page_size(), page_size());
-        (detail::host_worthy(labels, regions_, rules.min_host_priority) ? plan.demote : plan.drop).push_back(d);
+        (worthy_of_host(d) ? plan.demote : plan.drop).push_back(d);
       }
       promoted.emplace_back(h, bound);
     }

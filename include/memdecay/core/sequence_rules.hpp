@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -103,10 +104,11 @@ template <std::floating_point Float, std::size_t PageSize>
 }
 
 /// The plan that evicts `pages` (ascending, chosen by the caller), `requested` being what was asked for.
+/// `resident` is what the budget counts (the device tokens: all of kv_len() without a host tier).
 template <std::floating_point Float, std::size_t PageSize>
 [[nodiscard]] eviction_plan<Float> plan_for_pages(const sequence_state<PageSize>& state, const budget_config& budget,
                                                   std::span<const Float> scores, std::vector<std::size_t> pages,
-                                                  std::size_t requested) {
+                                                  std::size_t requested, std::optional<std::uint64_t> resident = {}) {
   eviction_plan<Float> plan;
   plan.requested = requested;
   plan.page_size = state.page_size();
@@ -114,8 +116,8 @@ template <std::floating_point Float, std::size_t PageSize>
   plan.pages = std::move(pages);
   plan.scores.reserve(plan.pages.size());
   for (std::size_t p : plan.pages) plan.scores.push_back(scores[p]);
-  plan.pages_over_budget =
-      pages_over_high(budget, state.page_size(), state.logical_len(), state.kv_len() - plan.tokens());
+  plan.pages_over_budget = pages_over_high(budget, state.page_size(), state.logical_len(),
+                                           resident.value_or(state.kv_len()) - plan.tokens());
   return plan;
 }
 
@@ -123,13 +125,25 @@ template <std::floating_point Float, std::size_t PageSize>
 template <std::floating_point Float, std::size_t PageSize>
 [[nodiscard]] eviction_plan<Float> make_plan(const sequence_state<PageSize>& state, const budget_config& budget,
                                              std::span<const Float> scores, std::span<const page_status> status,
-                                             std::size_t k) {
-  return plan_for_pages<Float>(state, budget, scores, simd::select_lowest_pages_fast<Float>(scores, status, k), k);
+                                             std::size_t k, std::optional<std::uint64_t> resident = {}) {
+  return plan_for_pages<Float>(state, budget, scores, simd::select_lowest_pages_fast<Float>(scores, status, k), k,
+                               resident);
 }
 
 /// "<where>: " when the caller names itself (the manager: "commit: sequence 7"), nothing otherwise.
 [[nodiscard]] inline std::string context_prefix(std::string_view where) {
   return where.empty() ? std::string{} : std::string(where) + ": ";
+}
+
+/// usage_error unless a plan (eviction or recall) made at `generation` for `page_size` fits the state now.
+template <std::size_t PageSize>
+void check_plan_made_for(std::uint64_t generation, std::size_t page_size, const sequence_state<PageSize>& state,
+                         std::string_view where = {}) {
+  if (generation != state.generation())
+    raise_usage(context_prefix(where) + "stale plan: selected at generation " + to_text(generation) +
+                ", the sequence is at generation " + to_text(state.generation()));
+  if (page_size != state.page_size())
+    raise_usage(context_prefix(where) + "plan was made for page size " + to_text(page_size));
 }
 
 /// usage_error unless every page of `pages` has status evictable.
@@ -154,11 +168,7 @@ inline void check_ascending(std::span<const std::size_t> pages, const char* what
 template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
 void check_plan(const eviction_plan<Float>& plan, const sequence_state<PageSize>& state, const Regions& table,
                 const protection_config& protection, std::string_view where = {}) {
-  if (plan.generation != state.generation())
-    raise_usage(context_prefix(where) + "stale plan: selected at generation " + to_text(plan.generation) +
-                ", the sequence is at generation " + to_text(state.generation()));
-  if (plan.page_size != state.page_size())
-    raise_usage(context_prefix(where) + "plan was made for page size " + to_text(plan.page_size));
+  check_plan_made_for(plan.generation, plan.page_size, state, where);
   if (!plan.demoted.empty() || !plan.host_dropped.empty())
     raise_usage(context_prefix(where) + "plan moves pages to or from a host tier, and this sequence has none");
   if (auto problem = state.removal_problem(plan.pages); !problem.empty()) raise_usage(context_prefix(where) + problem);

@@ -150,6 +150,8 @@ class page_residencies {
     return at != never && now - at < config_.min_device_steps;
   }
 
+  /// New rules for the pages where they are.
+  void reconfigure(const host_tier_config& cfg) noexcept { config_ = cfg; }
   /// Capacity for `pages` held pages (may throw bad_alloc; nothing changes then).
   void reserve(std::size_t pages) {
     on_host_.reserve(pages);
@@ -223,16 +225,16 @@ class page_residencies {
 
 namespace detail {
 
-/// Writes device-token values into a held-token column: host pages (always full) get `fill`. `device` has one
-/// entry per device token, in page order; `held` one per held token.
+/// Writes device-token values into a held-token column: host pages (always full) get zeros. `device` has one entry
+/// per device token, in page order; `held` one per held token.
 template <class T>
 void expand_device_tokens(std::span<const T> device, const page_residencies& tier, std::size_t page_size,
-                          std::span<T> held, T fill = T{}) noexcept {
+                          std::span<T> held) noexcept {
   std::size_t from = 0;
   for (std::size_t p = 0, at = 0; p < tier.size(); ++p, at += page_size) {
     const std::size_t n = std::min(page_size, held.size() - at);
     if (tier.on_host(p)) {
-      std::fill_n(held.begin() + static_cast<std::ptrdiff_t>(at), n, fill);
+      std::fill_n(held.begin() + static_cast<std::ptrdiff_t>(at), n, T{});
     } else {
       std::copy_n(device.begin() + static_cast<std::ptrdiff_t>(from), n,
                   held.begin() + static_cast<std::ptrdiff_t>(at));
