@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <new>
 #include <optional>
 #include <random>
@@ -17,12 +19,16 @@
 #include <memdecay/core/manager.hpp>
 #include <memdecay/io/manager_snapshot.hpp>
 #include <memdecay/page_tables/block_pool.hpp>
+#include <memdecay/tiers/host_store.hpp>
 
+#include "support/faulty_store.hpp"
 #include "support/faulty_table.hpp"
 #include "support/policy_cases.hpp"
 
 namespace md = memdecay;
 using fault_injection::fault_mode;
+using fault_injection::fault_schedule;
+using fault_injection::faulty_store;
 using fault_injection::faulty_table;
 using policy_cases::all_policies;
 using policy_cases::sequence_of;
@@ -84,6 +90,102 @@ struct world {
     }
   }
   [[nodiscard]] pool_fingerprint table() const { return fingerprint(pool, {1, 2, 3}); }
+};
+
+// An engine with K/V memory: each device block and host slot holds the tag of the page it carries (origin + 1; 0
+// is garbage), moved by a host_block_store's copies. After any commit, failed or not, every held page's tag must
+// be where the sequence, the table and the store say the page is.
+struct kv_memory {
+  std::vector<std::int64_t> device, host;
+};
+struct kv_copy {
+  kv_memory* memory;
+  void operator()(md::copy_direction dir, const std::int32_t& block, std::size_t slot) const {
+    auto& d = memory->device[static_cast<std::size_t>(block)];
+    auto& h = memory->host[slot];
+    if (dir == md::copy_direction::to_host)
+      h = d;
+    else
+      d = h;
+  }
+};
+using kv_store = md::host_block_store<std::uint64_t, std::int32_t, kv_copy>;
+
+struct store_fingerprint {
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::size_t> entries;
+  std::vector<std::size_t> free;
+  friend bool operator==(const store_fingerprint&, const store_fingerprint&) = default;
+};
+store_fingerprint fingerprint(const kv_store& store) {
+  return {store.entries(), {store.free_list().begin(), store.free_list().end()}};
+}
+
+// Sequence 0 of a pool with K/V tags, a host tier and a store; `fill` takes every free block for sequence 1, so
+// that a recall must swap. The pages are a pinned system page and retrieval pages whose keys put the query's two
+// pages on the host after the first commit.
+template <class Seq>
+struct tiered_engine {
+  Seq seq;
+  md::block_pool<> pool{24, page};
+  std::unique_ptr<kv_memory> memory = std::make_unique<kv_memory>();
+  kv_store store{16, kv_copy{memory.get()}};
+
+  tiered_engine(const md::config& cfg, const typename Seq::params_type& params, const md::host_tier_config& tier)
+      : seq(cfg, params) {
+    memory->device.assign(pool.capacity(), 0);
+    memory->host.assign(store.capacity(), 0);
+    pool.open(0);
+    append(md::regions::system);
+    for (md::step_t step = 1; step <= 10; ++step) {
+      append(step % 3 == 0 ? md::regions::scratchpad : md::regions::retrieval);
+      seq.advance_to(step);
+    }
+    seq.enable_digests({.kv_heads = 1, .head_dim = 2});
+    for (std::size_t p = 0; p < seq.num_pages(); ++p) {
+      const std::vector<float> keys(2 * page, 0.1f * static_cast<float>(p));
+      seq.set_page_keys(p, keys);
+    }
+    seq.enable_host_tier(tier);
+  }
+  void append(md::region_id region) {
+    seq.append(region, page);
+    pool.append_tokens(0, page);
+    memory->device[static_cast<std::size_t>(pool.block_table(0).back())] =
+        static_cast<std::int64_t>(seq.state().page_origins().back()) + 1;
+  }
+  // The query's pages: the first two host pages get keys a query of ones prefers.
+  void mark_query_pages() {
+    for (std::size_t p = 0, n = 0; p < seq.num_pages() && n < 2; ++p)
+      if (seq.residency(p) == md::page_residency::host) {
+        const std::vector<float> keys(2 * page, 20.0f + static_cast<float>(n++));
+        seq.set_page_keys(p, keys);
+      }
+  }
+  void fill_table() {
+    pool.open(1);
+    pool.append_tokens(1, pool.free_blocks() * page);
+    filled = true;
+  }
+  [[nodiscard]] pool_fingerprint table() const { return filled ? fingerprint(pool, {0, 1}) : fingerprint(pool, {0}); }
+  bool filled = false;
+  // Where every held page's K/V is: its tag in its device block or its host slot, and nothing else on the host.
+  [[nodiscard]] testing::AssertionResult kv_follows() const {
+    const auto blocks = pool.block_table(0);
+    for (std::size_t p = 0; p < seq.num_pages(); ++p) {
+      const auto tag = static_cast<std::int64_t>(seq.state().page_origins()[p]) + 1;
+      if (seq.residency(p) == md::page_residency::device) {
+        const auto held = memory->device[static_cast<std::size_t>(blocks[seq.device_index(p)])];
+        if (held != tag) return testing::AssertionFailure() << "device page " << p << " holds " << held;
+      } else {
+        const auto slot = store.slot_of(0, seq.state().page_origins()[p]);
+        if (!slot) return testing::AssertionFailure() << "host page " << p << " has no host copy";
+        if (memory->host[*slot] != tag) return testing::AssertionFailure() << "host page " << p << " holds garbage";
+      }
+    }
+    if (store.used_slots() != seq.host_pages())
+      return testing::AssertionFailure() << store.used_slots() << " host copies for " << seq.host_pages() << " pages";
+    return testing::AssertionSuccess();
+  }
 };
 
 }  // namespace
@@ -262,6 +364,164 @@ TYPED_TEST(FaultInjection, ARecallCommitThatFailsAtAnyTableCallChangesNothing) {
       ASSERT_EQ(fingerprint(pool, {0}), table_after);
     }
   EXPECT_GE(fired, 3 * calls) << "every call should have failed in each throwing mode";
+}
+
+// A tiered commit through the table and a host store (tiers/host_store.hpp): a fault at any call of either (the
+// checks, the copies to the host, the removal; thrown, or a short copy or removal) leaves the sequence, the table,
+// the store and every page's K/V as they were, and the same plan then commits.
+TYPED_TEST(FaultInjection, ATieredCommitWithAStoreThatFailsAtAnyCallChangesNothing) {
+  using seq_t = sequence_of<TypeParam, float>;
+  md::config cfg = config_of<TypeParam>();
+  cfg.budget = md::budget_config::pages(5);
+  const md::host_tier_config tier{.host_budget = md::budget_config::pages(2), .min_host_priority = 0.4};
+  auto build = [&] {
+    auto e = std::make_unique<tiered_engine<seq_t>>(cfg, TypeParam::template params<float>(), tier);
+    e->seq.enable_host_tier({.host_budget = tier.host_budget});  // fill the host tier first, whatever the regions
+    (void)e->seq.commit(e->seq.select(3), e->pool, 0, e->store);
+    e->seq.enable_host_tier(tier);
+    e->seq.advance_to(11);
+    return e;
+  };
+  auto ref = build();
+  const auto plan = ref->seq.select_for_budget();
+  ASSERT_FALSE(plan.demoted.empty());
+  ASSERT_EQ(ref->seq.host_pages(), 2u) << "the host tier should be full";
+
+  fault_schedule counting;
+  faulty_table ct(ref->pool, counting);
+  faulty_store cs(ref->store, counting);
+  (void)ref->seq.commit(plan, ct, 0, cs);
+  ASSERT_TRUE(ref->kv_follows());
+  const std::size_t calls = counting.calls();
+  const auto after = ref->seq.digest();
+  const auto table_after = ref->table();
+  const auto store_after = fingerprint(ref->store);
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      auto e = build();
+      const auto digest = e->seq.digest();
+      const auto table = e->table();
+      const auto store = fingerprint(e->store);
+      fault_schedule schedule;
+      faulty_table ft(e->pool, schedule);
+      faulty_store fs(e->store, schedule);
+      schedule.fail(k, mode);
+      bool threw = false;
+      try {
+        (void)e->seq.commit(plan, ft, 0, fs);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      ASSERT_EQ(threw, schedule.fired());
+      if (!threw) continue;
+      ++fired;
+      ASSERT_EQ(e->seq.digest(), digest);
+      ASSERT_EQ(e->table(), table);
+      ASSERT_EQ(fingerprint(e->store), store);
+      ASSERT_TRUE(e->kv_follows());
+      schedule.fail(std::nullopt, mode);
+      (void)e->seq.commit(plan, ft, 0, fs);
+      ASSERT_EQ(e->seq.digest(), after);
+      ASSERT_EQ(e->table(), table_after);
+      ASSERT_EQ(fingerprint(e->store), store_after);
+      ASSERT_TRUE(e->kv_follows());
+    }
+  EXPECT_GE(fired, 3 * (calls - 2)) << "every call but the releases should have failed in each throwing mode";
+}
+
+namespace {
+
+// A recall (two promotions, two displaced pages) committed through a faulty table, and a faulty store if
+// `with_store`, after a fault at each call in turn: nothing changes, K/V included, and the plan then commits.
+// `full_table` leaves the device table no free block, so the recall swaps (removal first).
+template <class Case>
+void sweep_recall_faults(bool with_store, bool full_table) {
+  using seq_t = sequence_of<Case, float>;
+  md::config cfg = config_of<Case>();
+  cfg.budget = md::budget_config::pages(6);
+  const md::host_tier_config tier{.min_host_priority = 0.4, .max_recall_pages = 2};
+  auto build = [&] {
+    auto e = std::make_unique<tiered_engine<seq_t>>(cfg, Case::template params<float>(), tier);
+    (void)e->seq.commit(e->seq.select_for_budget(), e->pool, 0, e->store);
+    e->mark_query_pages();
+    if (full_table) e->fill_table();
+    return e;
+  };
+  const std::vector<float> query{1.0f, 1.0f};
+  auto ref = build();
+  const auto plan = ref->seq.select_recall(query);
+  ASSERT_EQ(plan.promote.size(), 2u);
+  ASSERT_EQ(plan.demote.size() + plan.drop.size(), 2u) << "a swap: the device is at its budget";
+  ASSERT_EQ(ref->pool.free_blocks() == 0, full_table);
+  fault_schedule counting;
+  faulty_table ct(ref->pool, counting);
+  faulty_store cs(ref->store, counting);
+  if (with_store)
+    (void)ref->seq.commit_recall(plan, ct, 0, cs);
+  else
+    (void)ref->seq.commit_recall(plan, ct, 0);
+  if (with_store) {
+    ASSERT_TRUE(ref->kv_follows());
+  }
+  const std::size_t calls = counting.calls();
+  const auto after = ref->seq.digest();
+  const auto table_after = ref->table();
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      auto e = build();
+      const auto digest = e->seq.digest();
+      const auto table = e->table();
+      const auto store = fingerprint(e->store);
+      fault_schedule schedule;
+      faulty_table ft(e->pool, schedule);
+      faulty_store fs(e->store, schedule);
+      schedule.fail(k, mode);
+      bool threw = false;
+      try {
+        if (with_store)
+          (void)e->seq.commit_recall(plan, ft, 0, fs);
+        else
+          (void)e->seq.commit_recall(plan, ft, 0);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      ASSERT_EQ(threw, schedule.fired());
+      if (!threw) continue;
+      ++fired;
+      ASSERT_EQ(e->seq.digest(), digest);
+      ASSERT_EQ(e->table(), table);
+      ASSERT_TRUE(e->pool.consistent());
+      ASSERT_EQ(fingerprint(e->store), store);
+      ASSERT_TRUE(e->kv_follows());  // without a store the library copies nothing: the tags stay put
+      schedule.fail(std::nullopt, mode);
+      if (with_store)
+        (void)e->seq.commit_recall(plan, ft, 0, fs);
+      else
+        (void)e->seq.commit_recall(plan, ft, 0);
+      ASSERT_EQ(e->seq.digest(), after);
+      ASSERT_EQ(e->table(), table_after);
+      if (with_store) {
+        ASSERT_TRUE(e->kv_follows());
+      }
+    }
+  const std::size_t releases = with_store ? 3 : 0;
+  EXPECT_GE(fired, 3 * (calls - releases)) << "every call but the releases should have failed in each throwing mode";
+}
+
+}  // namespace
+
+TYPED_TEST(FaultInjection, ARecallWithAStoreThatFailsAtAnyCallChangesNothing) {
+  sweep_recall_faults<TypeParam>(/*with_store=*/true, /*full_table=*/false);
+}
+TYPED_TEST(FaultInjection, ARecallSwapWithAStoreThatFailsAtAnyCallChangesNothingKvIncluded) {
+  sweep_recall_faults<TypeParam>(/*with_store=*/true, /*full_table=*/true);
+}
+TYPED_TEST(FaultInjection, ARecallSwapThroughAFullTableThatFailsAtAnyTableCallChangesNothing) {
+  sweep_recall_faults<TypeParam>(/*with_store=*/false, /*full_table=*/true);
 }
 
 TYPED_TEST(FaultInjection, AForkThatFailsAtAnyTableCallChangesNothing) {

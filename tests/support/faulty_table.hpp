@@ -6,7 +6,8 @@
 //   out_of_memory  throws std::bad_alloc
 //   refusal        throws memdecay::usage_error (a table that rejects the request)
 //   short_report   (removals only) answers as if one page fewer had been removed, and removes nothing: a broken
-//                  adapter, which the library must catch before its state follows
+//                  adapter, which the library must catch before its state follows (a faulty_store's copies report
+//                  one page fewer copied, having copied that many)
 // Calls of other kinds than the armed one's pass through, so a mode that only applies to removals is tried at every
 // call and fails only at removals. The wrapped table stays the real table's owner's; the wrapper holds a reference.
 #ifndef MEMDECAY_TESTS_SUPPORT_FAULTY_TABLE_HPP
@@ -40,25 +41,68 @@ inline const char* to_string(fault_mode m) {
 inline constexpr fault_mode all_modes[] = {fault_mode::engine_error, fault_mode::out_of_memory, fault_mode::refusal,
                                            fault_mode::short_report};
 
-template <memdecay::page_table Table>
-class faulty_table {
+/// When to fail: the `call`-th call (0-based) since the last fail(), in `mode`. One schedule may be shared by a
+/// faulty_table and a faulty_store (faulty_store.hpp), so that a sweep fails each call of a commit in turn, whichever
+/// of the two it goes to.
+class fault_schedule {
  public:
-  using sequence_id = typename Table::sequence_id;
-  using page_id = typename Table::page_id;
-
-  explicit faulty_table(Table& inner) : inner_(inner) {}
-
-  /// Fails the `call`-th call from now on (counting from the last reset), in `mode`; std::nullopt disarms.
   void fail(std::optional<std::size_t> call, fault_mode mode) {
     fail_at_ = call;
     mode_ = mode;
     calls_ = 0;
     fired_ = false;
   }
-  /// Calls since the last fail() (or construction).
   [[nodiscard]] std::size_t calls() const noexcept { return calls_; }
-  /// Whether the armed fault fired.
   [[nodiscard]] bool fired() const noexcept { return fired_; }
+  [[nodiscard]] fault_mode mode() const noexcept { return mode_; }
+
+  /// Counts a call; throws when it is the armed one in a throwing mode, returns true when it is the armed one in
+  /// short_report mode and the call can report short (`can_report_short`).
+  bool hit(const char* call, bool can_report_short) {
+    const std::size_t index = calls_++;
+    if (!fail_at_ || index != *fail_at_) return false;
+    if (mode_ == fault_mode::short_report) {
+      if (!can_report_short) return false;
+      fired_ = true;
+      return true;
+    }
+    fired_ = true;
+    switch (mode_) {
+      case fault_mode::engine_error: throw std::runtime_error(std::string("injected engine error in ") + call);
+      case fault_mode::out_of_memory: throw std::bad_alloc();
+      case fault_mode::refusal: memdecay::detail::raise_usage(std::string("injected refusal in ") + call);
+      case fault_mode::short_report: break;
+    }
+    return false;
+  }
+  /// Counts a call that may not fail (an undo: release, noexcept).
+  void pass(const char*) noexcept { ++calls_; }
+
+ private:
+  std::optional<std::size_t> fail_at_;
+  fault_mode mode_ = fault_mode::engine_error;
+  std::size_t calls_ = 0;
+  bool fired_ = false;
+};
+
+template <memdecay::page_table Table>
+class faulty_table {
+ public:
+  using sequence_id = typename Table::sequence_id;
+  using page_id = typename Table::page_id;
+
+  explicit faulty_table(Table& inner) : inner_(inner), schedule_(&own_) {}
+  /// A table that counts its calls on a schedule shared with others (a faulty_store).
+  faulty_table(Table& inner, fault_schedule& shared) : inner_(inner), schedule_(&shared) {}
+  faulty_table(const faulty_table&) = delete;
+  faulty_table& operator=(const faulty_table&) = delete;
+
+  /// Fails the `call`-th call from now on (counting from the last reset), in `mode`; std::nullopt disarms.
+  void fail(std::optional<std::size_t> call, fault_mode mode) { schedule_->fail(call, mode); }
+  /// Calls since the last fail() (or construction).
+  [[nodiscard]] std::size_t calls() const noexcept { return schedule_->calls(); }
+  /// Whether the armed fault fired.
+  [[nodiscard]] bool fired() const noexcept { return schedule_->fired(); }
 
   [[nodiscard]] std::size_t page_size() const {
     hit("page_size", false);
@@ -126,30 +170,11 @@ class faulty_table {
   }
 
  private:
-  // Counts a call; throws (or, for short_report at a removal, returns true) when it is the armed one.
-  bool hit(const char* call, bool removal) const {
-    const std::size_t index = calls_++;
-    if (!fail_at_ || index != *fail_at_) return false;
-    if (mode_ == fault_mode::short_report) {
-      if (!removal) return false;
-      fired_ = true;
-      return true;
-    }
-    fired_ = true;
-    switch (mode_) {
-      case fault_mode::engine_error: throw std::runtime_error(std::string("injected engine error in ") + call);
-      case fault_mode::out_of_memory: throw std::bad_alloc();
-      case fault_mode::refusal: memdecay::detail::raise_usage(std::string("injected refusal in ") + call);
-      case fault_mode::short_report: break;
-    }
-    return false;
-  }
+  bool hit(const char* call, bool removal) const { return schedule_->hit(call, removal); }
 
   Table& inner_;
-  std::optional<std::size_t> fail_at_;
-  fault_mode mode_ = fault_mode::engine_error;
-  mutable std::size_t calls_ = 0;
-  mutable bool fired_ = false;
+  fault_schedule own_;
+  fault_schedule* schedule_;
 };
 
 /// The same table without its batch removal (a user's table that only has remove_pages): the manager then commits

@@ -56,6 +56,8 @@
 #include "memdecay/core/region.hpp"
 #include "memdecay/core/sequence_state.hpp"
 #include "memdecay/simd/select.hpp"
+#include "memdecay/detail/undo.hpp"
+#include "memdecay/tiers/host_store.hpp"
 #include "memdecay/tiers/host_tier.hpp"
 #include "memdecay/core/token_state.hpp"
 
@@ -506,6 +508,37 @@ class basic_sequence {
     detail::check_page_table(table, seq, page_size(), device_pages());
     return remove_from(plan, table, seq);
   }
+  /// commit with the engine's host store (tiers/host_store.hpp) doing the copies: the demoted pages' K/V is copied
+  /// to the host first, then the table removes every page leaving the device, then the host copies of the dropped
+  /// host pages are released. A store that throws or copies fewer pages than asked (input_error), or a table that
+  /// fails, leaves the sequence, the table and the store as they were: the copies made are released again.
+  template <page_table Table, class Store>
+    requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
+  page_removal<typename Table::page_id> commit(const plan_type& plan, Table& table,
+                                               const typename Table::sequence_id& seq, Store& store) {
+    check_unmanaged();
+    check_commit(plan);
+    detail::check_page_table(table, seq, page_size(), device_pages());
+    if (!tier_) return remove_from(plan, table, seq);
+    const auto device_indices = tier_->device_indices(plan.pages);
+    if constexpr (checked_page_table<Table>) table.check_remove_pages(seq, device_indices);
+    const auto demoted = origins_of(plan.demoted);
+    const auto host_dropped = origins_of(plan.host_dropped);
+    std::vector<typename Table::page_id> blocks;
+    blocks.reserve(plan.demoted.size());
+    for (std::size_t p : plan.demoted) blocks.push_back(table.page_at(seq, tier_->device_index(p)));
+    copy_all_to_host(store, seq, demoted, blocks, "commit");
+    auto removal = detail::or_undo(
+        [&] {
+          auto r = table.remove_pages(seq, device_indices);
+          detail::check_removal_answer(r, device_indices.size());
+          return r;
+        },
+        [&] { store.release(seq, demoted); });
+    store.release(seq, host_dropped);
+    apply_plan(plan);
+    return removal;
+  }
 
   // --- recall (tiers/host_tier.hpp; phase 1 changes nothing) ---------------------------------------------------
   /// Which host pages `query` (query_heads x head_dim, as observe_query) wants back, and which device pages make
@@ -570,9 +603,10 @@ class basic_sequence {
   /// displaced ones (the demoted ones' K/V copied to the host before). usage_error, changing neither, for what
   /// commit_recall rejects or a table that disagrees with the device pages; input_error, changing neither, when the
   /// table has no room for the promoted pages even after the removal. With free blocks for the promotions the
-  /// insertion comes first, and a removal the table then refuses takes the inserted pages out again: nothing
-  /// changes. A full table swaps (the removal makes the room), so there the insertion comes last, and a table
-  /// that fails it (an engine error; the room and the positions were checked) leaves the removal done.
+  /// insertion comes first, and a removal the table then refuses takes the inserted pages out again. A full table
+  /// swaps: the removal makes the room, and an insertion the table then refuses puts the removed pages back (a
+  /// table that hands out the blocks it freed last first, as block_pool does, gets the same blocks back, whose K/V
+  /// nobody has touched; usage_error if it hands out others). Either way a failure changes nothing.
   template <inserting_page_table Table>
   recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
                                                        const typename Table::sequence_id& seq) {
@@ -580,57 +614,92 @@ class basic_sequence {
     check_recall(plan);
     detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
     const bool insert_first = table.free_blocks() >= plan.promote.size();
-    // Table indices of the removal and the insertion, each in the table as the other step leaves it: the device
-    // pages before a page (staying ones only, for an insertion after the removal) plus the promoted before it.
-    std::vector<std::size_t> remove_at, insert_at, remove_now;
-    remove_at.reserve(plan.demote.size() + plan.drop.size());
-    remove_now.reserve(remove_at.capacity());
-    insert_at.reserve(plan.promote.size());
-    std::size_t device_before = 0, staying_before = 0;
-    for (std::size_t p = 0, a = 0, b = 0, c = 0; p < num_pages(); ++p) {
-      if (a < plan.promote.size() && plan.promote[a] == p) {
-        insert_at.push_back((insert_first ? device_before : staying_before) + a++);
-        continue;
-      }
-      if (tier_->on_host(p)) continue;
-      const bool demoted = b < plan.demote.size() && plan.demote[b] == p;
-      const bool dropped = c < plan.drop.size() && plan.drop[c] == p;
-      b += demoted, c += dropped;
-      if (demoted || dropped) {
-        remove_now.push_back(device_before);
-        remove_at.push_back(device_before + (insert_first ? a : 0));
-      } else {
-        ++staying_before;
-      }
-      ++device_before;
-    }
-    table.check_remove_pages(seq, remove_now);
+    const auto at = recall_positions(plan, insert_first);
+    table.check_remove_pages(seq, at.remove_now);
     recall_commit<typename Table::page_id> out;
     if (insert_first) {
-      out.inserted = table.insert_pages(seq, insert_at);
-#if MEMDECAY_HAS_EXCEPTIONS
-      try {
-        out.removed = table.remove_pages(seq, remove_at);
-        detail::check_removal_answer(out.removed, remove_at.size());
-      } catch (...) {
-        (void)table.remove_pages(seq, insert_at);  // the inserted pages out again: the table is as it was
-        throw;
-      }
-#else
-      out.removed = table.remove_pages(seq, remove_at);
-      detail::check_removal_answer(out.removed, remove_at.size());
-#endif
+      out.inserted = table.insert_pages(seq, at.insert_at);
+      out.removed = detail::or_undo([&] { return remove_checked(table, seq, at.remove_at); },
+                                    [&] { (void)table.remove_pages(seq, at.insert_at); });
     } else {
-      std::size_t freed = 0;
-      for (std::size_t i : remove_now) freed += table.ref_count(table.page_at(seq, i)) == 1 ? 1 : 0;
-      if (table.free_blocks() + freed < insert_at.size())
-        detail::raise_input("commit_recall: the device table has " + detail::to_text(table.free_blocks()) +
-                            " free blocks (" + detail::to_text(table.free_blocks() + freed) +
-                            " after the removal), the recall needs " + detail::to_text(insert_at.size()));
-      out.removed = table.remove_pages(seq, remove_now);
-      detail::check_removal_answer(out.removed, remove_now.size());
-      out.inserted = table.insert_pages(seq, insert_at);
+      check_room_after_removal(table, seq, at);
+      out.removed = remove_checked(table, seq, at.remove_now);
+      out.inserted = detail::or_undo([&] { return table.insert_pages(seq, at.insert_at); },
+                                     [&] { put_back(table, seq, at.remove_now, out.removed.removed); });
     }
+    apply_recall(plan);
+    return out;
+  }
+  /// commit_recall with the engine's host store (tiers/host_store.hpp) doing the copies, so that the K/V follows
+  /// the plan within the call: the promoted pages' host copies go into the blocks the table inserts for them (and
+  /// are released), the demoted pages' K/V goes to the host before the table removes them. A store that throws or
+  /// copies fewer pages than asked (input_error), or a table that fails, leaves the sequence, the table and the
+  /// store as they were, K/V included. A full table swaps, and the promoted pages may land in the blocks the
+  /// displaced ones leave, so there every displaced page is copied to the host first (a dropped one only until
+  /// the commit succeeds): whatever fails, the displaced pages go back with their K/V.
+  template <inserting_page_table Table, class Store>
+    requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
+  recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
+                                                       const typename Table::sequence_id& seq, Store& store) {
+    using block = typename Table::page_id;
+    check_unmanaged();
+    check_recall(plan);
+    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
+    const bool insert_first = table.free_blocks() >= plan.promote.size();
+    const auto at = recall_positions(plan, insert_first);
+    table.check_remove_pages(seq, at.remove_now);
+    if (!insert_first) check_room_after_removal(table, seq, at);
+    const auto promoted = origins_of(plan.promote), demoted = origins_of(plan.demote), dropped = origins_of(plan.drop);
+    // Displaced pages in page order (demoted and dropped merged), their origins and blocks; the demoted ones' too.
+    std::vector<std::uint64_t> displaced;
+    std::vector<block> displaced_blocks, demoted_blocks;
+    displaced.reserve(at.remove_now.size());
+    displaced_blocks.reserve(at.remove_now.size());
+    demoted_blocks.reserve(plan.demote.size());
+    for (std::size_t k = 0, d = 0; k < at.leaving.size(); ++k) {
+      displaced.push_back(state_.page_origins()[at.leaving[k]]);
+      displaced_blocks.push_back(table.page_at(seq, at.remove_now[k]));
+      if (d < plan.demote.size() && plan.demote[d] == at.leaving[k])
+        demoted_blocks.push_back(displaced_blocks.back()), ++d;
+    }
+    recall_commit<block> out;
+    if (insert_first) {
+      copy_all_to_host(store, seq, demoted, demoted_blocks, "commit_recall");
+      detail::or_undo(
+          [&] {
+            out.inserted = table.insert_pages(seq, at.insert_at);
+            detail::or_undo(
+                [&] {
+                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
+                  out.removed = remove_checked(table, seq, at.remove_at);
+                },
+                [&] { (void)table.remove_pages(seq, at.insert_at); });
+          },
+          [&] { store.release(seq, demoted); });
+    } else {
+      copy_all_to_host(store, seq, displaced, displaced_blocks, "commit_recall");
+      detail::or_undo(
+          [&] {
+            out.removed = remove_checked(table, seq, at.remove_now);
+            bool inserted = false;
+            detail::or_undo(
+                [&] {
+                  out.inserted = table.insert_pages(seq, at.insert_at);
+                  inserted = true;
+                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
+                },
+                [&] {
+                  if (inserted) (void)table.remove_pages(seq, at.insert_at);
+                  const auto back = table.insert_pages(seq, at.remove_now);
+                  // The promotions may have written into the blocks the displaced pages get back.
+                  if (inserted || back != out.removed.removed)
+                    copy_all_to_device(store, seq, displaced, back, "commit_recall");
+                });
+          },
+          [&] { store.release(seq, displaced); });
+      store.release(seq, dropped);
+    }
+    store.release(seq, promoted);
     apply_recall(plan);
     return out;
   }
@@ -679,6 +748,94 @@ class basic_sequence {
     if (page >= num_pages())
       detail::raise_input(std::string(call) + ": page " + detail::to_text(page) + " does not exist (" +
                           detail::to_text(num_pages()) + " pages)");
+  }
+  // The original page index of each of `pages` (a host store's key).
+  [[nodiscard]] std::vector<std::uint64_t> origins_of(std::span<const std::size_t> pages) const {
+    std::vector<std::uint64_t> out;
+    out.reserve(pages.size());
+    for (std::size_t p : pages) out.push_back(state_.page_origins()[p]);
+    return out;
+  }
+  // A store's copy of every page or none: a short count releases what it copied and raises.
+  template <class Store, class SequenceId, class Block>
+  static void copy_all_to_host(Store& store, const SequenceId& seq, std::span<const std::uint64_t> origins,
+                               const std::vector<Block>& blocks, const char* call) {
+    const std::size_t copied = store.copy_to_host(seq, origins, std::span<const Block>(blocks));
+    if (copied == origins.size()) return;
+    store.release(seq, origins.first(std::min(copied, origins.size())));
+    detail::raise_input(std::string(call) + ": the host store copied " + detail::to_text(copied) + " of " +
+                        detail::to_text(origins.size()) + " pages to the host (nothing changed)");
+  }
+  template <class Store, class SequenceId, class Block>
+  static void copy_all_to_device(Store& store, const SequenceId& seq, std::span<const std::uint64_t> origins,
+                                 const std::vector<Block>& blocks, const char* call) {
+    const std::size_t copied = store.copy_to_device(seq, origins, std::span<const Block>(blocks));
+    if (copied != origins.size())
+      detail::raise_input(std::string(call) + ": the host store copied " + detail::to_text(copied) + " of " +
+                          detail::to_text(origins.size()) + " pages to the device (nothing changed)");
+  }
+  // Where a recall plan's pages are in the device table: the displaced pages' indices now (remove_now) and once
+  // the insertion is done (remove_at), and the promoted pages' final indices (insert_at), each in the table as the
+  // other step leaves it: the device pages before a page (staying ones only, for an insertion after the removal)
+  // plus the promoted before it. `leaving` holds the displaced pages' held indices.
+  struct recall_table_positions {
+    std::vector<std::size_t> remove_now, remove_at, insert_at, leaving;
+  };
+  [[nodiscard]] recall_table_positions recall_positions(const recall_plan& plan, bool insert_first) const {
+    recall_table_positions at;
+    const std::size_t displaced = plan.demote.size() + plan.drop.size();
+    at.remove_now.reserve(displaced);
+    at.remove_at.reserve(displaced);
+    at.leaving.reserve(displaced);
+    at.insert_at.reserve(plan.promote.size());
+    std::size_t device_before = 0, staying_before = 0;
+    for (std::size_t p = 0, a = 0, b = 0, c = 0; p < num_pages(); ++p) {
+      if (a < plan.promote.size() && plan.promote[a] == p) {
+        at.insert_at.push_back((insert_first ? device_before : staying_before) + a++);
+        continue;
+      }
+      if (tier_->on_host(p)) continue;
+      const bool demoted = b < plan.demote.size() && plan.demote[b] == p;
+      const bool dropped = c < plan.drop.size() && plan.drop[c] == p;
+      b += demoted, c += dropped;
+      if (demoted || dropped) {
+        at.remove_now.push_back(device_before);
+        at.remove_at.push_back(device_before + (insert_first ? a : 0));
+        at.leaving.push_back(p);
+      } else {
+        ++staying_before;
+      }
+      ++device_before;
+    }
+    return at;
+  }
+  template <class Table>
+  static void check_room_after_removal(const Table& table, const typename Table::sequence_id& seq,
+                                       const recall_table_positions& at) {
+    std::size_t freed = 0;
+    for (std::size_t i : at.remove_now) freed += table.ref_count(table.page_at(seq, i)) == 1 ? 1 : 0;
+    if (table.free_blocks() + freed < at.insert_at.size())
+      detail::raise_input("commit_recall: the device table has " + detail::to_text(table.free_blocks()) +
+                          " free blocks (" + detail::to_text(table.free_blocks() + freed) +
+                          " after the removal), the recall needs " + detail::to_text(at.insert_at.size()));
+  }
+  // A table removal whose answer names every page asked for (a broken table raises before the state follows).
+  template <class Table>
+  static page_removal<typename Table::page_id> remove_checked(Table& table, const typename Table::sequence_id& seq,
+                                                              std::span<const std::size_t> pages) {
+    auto removal = table.remove_pages(seq, pages);
+    detail::check_removal_answer(removal, pages.size());
+    return removal;
+  }
+  // Undoes a swap's removal: the removed pages go back to their places, in the blocks they left.
+  template <class Table>
+  static void put_back(Table& table, const typename Table::sequence_id& seq, std::span<const std::size_t> at,
+                       const std::vector<typename Table::page_id>& removed) {
+    if (table.insert_pages(seq, at) != removed)
+      detail::raise_usage(
+          "commit_recall: the device table put the displaced pages back into other blocks than it freed; their "
+          "K/V is still in the freed blocks (a table that reuses the last freed blocks first, as block_pool, or a "
+          "host store, keeps a failed swap exact)");
   }
   // Whether any page is on the host: only then do device and held indices differ.
   [[nodiscard]] bool hosting() const noexcept { return tier_ && tier_->host_pages() != 0; }
