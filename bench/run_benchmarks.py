@@ -210,6 +210,17 @@ def main():
                             None if not (sel and fused1m) else sel / fused1m, 0.05, "<="))
     lines.append("")
 
+    # Time ratios (ratio() is den / num, so these pass the rows the other way round).
+    lines += ["## Targets of issue 19 (the public API at the kernel's speed)", "",
+              "| target | goal | measured | |", "|---|---|---|---|"]
+    for n in [4096, 65536, 1 << 20]:
+        lines.append(target(f"observe through the API / fused expfree kernel at {n}",
+                            ratio(m, f"fused/expfree/{n}", f"library/observe/sequence/{n}"), 1.15, "<="))
+    for n in [65536, 1 << 20, 1 << 24]:
+        lines.append(target(f"select(32) from cached scores / one observe at {n}",
+                            ratio(m, f"library/observe/sequence/{n}", f"library/select32/sequence/{n}"), 0.10, "<="))
+    lines.append("")
+
     svg = os.path.splitext(a.out)[0] + ".svg"
     if svg_plot(m, svg):
         lines += [f"![fused pass throughput]({os.path.basename(svg)})", ""]

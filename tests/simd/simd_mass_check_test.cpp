@@ -32,7 +32,7 @@ void sweep() {
       -lim::denorm_min(), -lim::min(),     lim::max()};  // lim::max() is bad only once scaled by > 1
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<Float> u(Float{0}, Float{1});
-  for (std::size_t n : {0u, 1u, 3u, 15u, 16u, 17u, 33u, 100u}) {
+  for (std::size_t n : {0u, 1u, 3u, 15u, 16u, 17u, 33u, 64u, 100u, 129u, 257u}) {  // every unrolled-loop remainder
     std::vector<Float> mass(n);
     for (auto& m : mass) m = u(rng) / static_cast<Float>(n + 1);
     if (n > 1) mass[n / 2] = Float(-0.0);  // negative zero is valid, as in the reference (m < 0 is false)

@@ -14,6 +14,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <utility>
 #include <vector>
@@ -68,40 +69,117 @@ void page_scores_reference(const token_state<Float, PageSize>& state, const Regi
   }
 }
 
-/// The status of every page, given the config's protections and an optional caller-protected set (sorted or
-/// not; indices past the end are ignored).
-template <std::size_t PageSize, region_table_like Regions>
-void page_statuses(const sequence_state<PageSize>& state, const Regions& table, const protection_config& protection,
-                   std::span<const std::size_t> caller_protected, std::span<page_status> out) noexcept {
-  const std::size_t pages = state.num_pages(), P = state.page_size(), n = state.kv_len();
-  const std::size_t recent_from =
-      protection.recent_tokens >= n ? 0 : state.geometry().page_of(n - protection.recent_tokens);
-  const bool has_recent = protection.recent_tokens > 0 && n > 0;
-  const auto regions = state.regions();
-  // A byte per region id, OR-ed over each page without a branch per token: this scan runs on every selection
-  // and reads every resident label (a branch and a region_params lookup per token cost ~1 ns each).
-  std::array<std::uint8_t, 256> pinned{};
-  for (std::size_t r = 0; r < table.size() && r < pinned.size(); ++r)
-    pinned[r] = table.pinned(static_cast<region_id>(r)) ? 1 : 0;
-  for (std::size_t p = 0; p < pages; ++p) {
-    page_status s = page_status::evictable;
-    const std::size_t first = p * P, count = state.tokens_in_page(p);
-    std::uint8_t any_pinned = 0;
-    for (std::size_t i = first; i < first + count; ++i) any_pinned |= pinned[regions[i]];
-    if (any_pinned) s = page_status::pinned;
-    if (s == page_status::evictable) {
-      if (p < protection.sink_pages)
-        s = page_status::sink;
-      else if (has_recent && p >= recent_from)
-        s = page_status::recent;
-      else if (count < P)
-        s = page_status::partial;
-    }
-    out[p] = s;
+namespace detail {
+
+/// The statuses that follow from a page's place (sink, recent, partial) and the caller's protections, over `out`
+/// holding pinned or evictable for every page (pinned wins, then sink, recent, partial, caller-protected). Touches
+/// only the sink pages, the recent window, the last page and the caller's pages.
+template <std::size_t PageSize>
+void place_statuses(const sequence_state<PageSize>& state, const protection_config& protection,
+                    std::span<const std::size_t> caller_protected, std::span<page_status> out) noexcept {
+  const std::size_t pages = state.num_pages(), n = state.kv_len();
+  const std::size_t sink_end = std::min<std::size_t>(protection.sink_pages, pages);
+  for (std::size_t p = 0; p < sink_end; ++p)
+    if (out[p] == page_status::evictable) out[p] = page_status::sink;
+  if (protection.recent_tokens > 0 && n > 0) {
+    const std::size_t recent_from =
+        protection.recent_tokens >= n ? 0 : state.geometry().page_of(n - protection.recent_tokens);
+    for (std::size_t p = std::max(recent_from, sink_end); p < pages; ++p)
+      if (out[p] == page_status::evictable) out[p] = page_status::recent;
   }
+  if (pages > 0 && state.tokens_in_page(pages - 1) < state.page_size() && out[pages - 1] == page_status::evictable)
+    out[pages - 1] = page_status::partial;
   for (std::size_t p : caller_protected)
     if (p < pages && out[p] == page_status::evictable) out[p] = page_status::protected_;
 }
+
+}  // namespace detail
+
+/// The status of every page, given the config's protections and an optional caller-protected set (sorted or
+/// not; indices past the end are ignored). The reference: it reads every resident label.
+template <std::size_t PageSize, region_table_like Regions>
+void page_statuses(const sequence_state<PageSize>& state, const Regions& table, const protection_config& protection,
+                   std::span<const std::size_t> caller_protected, std::span<page_status> out) noexcept {
+  const auto regions = state.regions();
+  for (std::size_t p = 0; p < state.num_pages(); ++p) {
+    bool pinned = false;
+    for (std::size_t i = p * state.page_size(); i < p * state.page_size() + state.tokens_in_page(p); ++i)
+      pinned = pinned || table.pinned(regions[i]);
+    out[p] = pinned ? page_status::pinned : page_status::evictable;
+  }
+  detail::place_statuses(state, protection, caller_protected, out);
+}
+
+/// page_statuses from per-page pinned flags (pinned_pages: 1 for a page holding a pinned region's token): one
+/// byte per page instead of every label. Equal to the reference for flags that match the labels.
+template <std::size_t PageSize>
+void page_statuses(const sequence_state<PageSize>& state, std::span<const std::uint8_t> pinned_flags,
+                   const protection_config& protection, std::span<const std::size_t> caller_protected,
+                   std::span<page_status> out) noexcept {
+  static_assert(static_cast<std::uint8_t>(page_status::evictable) == 0 &&
+                static_cast<std::uint8_t>(page_status::pinned) == 1);
+  if (state.num_pages() != 0)
+    std::memcpy(out.data(), pinned_flags.data(), state.num_pages());  // 0 = evictable, 1 = pinned
+  detail::place_statuses(state, protection, caller_protected, out);
+}
+
+/// Which resident pages hold a token of a pinned region, one byte per page, kept as tokens arrive and pages
+/// leave: a selection reads a byte per page instead of every label. The region table is fixed per sequence.
+class pinned_pages {
+ public:
+  pinned_pages() = default;
+  template <region_table_like Regions>
+  explicit pinned_pages(const Regions& table) {
+    for (std::size_t r = 0; r < table.size() && r < pinned_.size(); ++r)
+      pinned_[r] = table.pinned(static_cast<region_id>(r)) ? 1 : 0;
+  }
+  [[nodiscard]] std::span<const std::uint8_t> flags() const noexcept { return flags_; }
+  /// Room for `pages` pages (may throw bad_alloc; nothing changes then).
+  void reserve(std::size_t pages) { flags_.reserve(pages); }
+  /// After tokens were appended from resident token `first`: the flags of the pages they touched. Within the
+  /// capacity reserved for the new page count, this cannot throw.
+  template <std::size_t PageSize>
+  void appended(const sequence_state<PageSize>& state, std::size_t first) noexcept {
+    flags_.resize(state.num_pages(), 0);
+    mark(state, first, std::span<std::uint8_t>(flags_));
+  }
+  /// Pages leave (strictly ascending, resident): compacts.
+  void remove_pages(std::span<const std::size_t> pages) noexcept {
+    if (pages.empty()) return;
+    std::size_t write = pages.front(), next = 0;
+    for (std::size_t p = pages.front(); p < flags_.size(); ++p) {
+      if (next < pages.size() && pages[next] == p) {
+        ++next;
+        continue;
+      }
+      flags_[write++] = flags_[p];
+    }
+    flags_.resize(write);
+  }
+  /// The flags of a whole layout (a loaded snapshot). May throw bad_alloc; nothing changes then.
+  template <std::size_t PageSize>
+  void rebuild(const sequence_state<PageSize>& state) {
+    std::vector<std::uint8_t> fresh(state.num_pages(), 0);
+    mark(state, 0, std::span<std::uint8_t>(fresh));
+    flags_ = std::move(fresh);
+  }
+
+ private:
+  // ORs into `flags` whether the tokens from resident token `first` on hold a pinned region.
+  template <std::size_t PageSize>
+  void mark(const sequence_state<PageSize>& state, std::size_t first, std::span<std::uint8_t> flags) const noexcept {
+    const auto regions = state.regions();
+    for (std::size_t p = state.geometry().page_of(first); p < state.num_pages(); ++p) {
+      std::uint8_t any = 0;
+      const std::size_t end = p * state.page_size() + state.tokens_in_page(p);
+      for (std::size_t i = std::max(p * state.page_size(), first); i < end; ++i) any |= pinned_[regions[i]];
+      flags[p] = static_cast<std::uint8_t>(flags[p] | any);  // a byte OR per token, no branch
+    }
+  }
+
+  std::array<std::uint8_t, 256> pinned_{};  // 1 for a pinned region id
+  std::vector<std::uint8_t> flags_;
+};
 
 /// The k lowest-scoring pages among those with status evictable, in ascending page order. Fewer when fewer are
 /// eligible. Order: (score, page index), so ties go to the lower index.

@@ -696,7 +696,7 @@ class basic_manager {
   void check_commit(SequenceId id, const plan_type& plan) const {
     const auto& e = find_entry(id, "commit")->second;
     const std::string where = "commit: sequence " + detail::to_text(id);
-    detail::check_plan(plan, e.seq->state(), e.seq->regions(), e.seq->protection(), where);
+    detail::check_plan(plan, e.seq->state(), std::span<const page_status>(e.seq->page_statuses()), where);
     // A plan selected before protect_pages / protect_tail_tokens may name a page protected since: the generation
     // does not see the protection (found by tests/fuzz/adapter_fuzzer.cpp).
     const auto origins = e.seq->state().page_origins();

@@ -96,7 +96,8 @@ class basic_sequence {
       : config_(validated(std::move(cfg))),
         regions_(config_.effective_regions()),
         state_(config_.page_size),
-        policy_(params, config_, regions_) {}
+        policy_(params, config_, regions_),
+        pinned_(regions_) {}
 
   // --- read-only views ---------------------------------------------------------------------------------------
   [[nodiscard]] const config& get_config() const noexcept { return config_; }
@@ -405,10 +406,22 @@ class basic_sequence {
     policy_.page_scores(view(), std::span<Float>(out));
     return out;
   }
+  /// The page scores without a copy when the policy keeps them for the state now (MemDecay after a fused
+  /// observation: policies::memdecay::cached_page_scores), else computed into `buffer`. Valid until the next change.
+  [[nodiscard]] std::span<const Float> current_page_scores(std::vector<Float>& buffer) const {
+    if constexpr (requires(const policy_type& p, const sequence_view& v) {
+                    { p.cached_page_scores(v) } -> std::convertible_to<std::span<const Float>>;
+                  }) {
+      const std::span<const Float> cached = policy_.cached_page_scores(view());
+      if (cached.size() == num_pages() && num_pages() != 0) return cached;
+    }
+    buffer = page_scores();
+    return buffer;
+  }
   /// Every page's status under the config's protections and the caller's protected pages.
   [[nodiscard]] std::vector<page_status> page_statuses(std::span<const std::size_t> caller_protected = {}) const {
     std::vector<page_status> out(num_pages());
-    memdecay::page_statuses(state_, regions_, protection(), caller_protected, std::span<page_status>(out));
+    memdecay::page_statuses(state_, pinned_.flags(), protection(), caller_protected, std::span<page_status>(out));
     if (tier_) {
       for (std::size_t p = 0; p < out.size(); ++p) {
         if (tier_->on_host(p))
@@ -462,7 +475,8 @@ class basic_sequence {
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> caller_protected = {}) const {
     // Nothing to choose (select_for_budget within the budget, every step of most engines): no scores, no statuses.
     if (k == 0) return detail::make_plan<Float>(state_, config_.budget, {}, {}, 0, device_len());
-    const auto scores = page_scores();
+    std::vector<Float> computed;
+    const auto scores = current_page_scores(computed);
     const auto status = page_statuses(caller_protected);
     auto plan = detail::make_plan<Float>(state_, config_.budget, scores, status, k, device_len());
     if (tier_) split_for_host(plan, scores);
@@ -487,7 +501,7 @@ class basic_sequence {
     if (tier_)
       check_tiered_plan(plan);
     else
-      detail::check_plan(plan, state_, regions_, protection());
+      detail::check_plan(plan, state_, std::span<const page_status>(page_statuses()));
   }
   /// Compacts the layout and the policy state by the plan's pages. usage_error, changing nothing, if the plan is
   /// stale or names pages that are not evictable, or if a manager owns this sequence (commit through it).
@@ -978,7 +992,9 @@ class basic_sequence {
     policy_.reserve(first + tokens);  // may throw bad_alloc; the policy is unchanged when it does
     if (digests_) digests_->reserve(tokens / page_size() + 1);
     if (tier_) tier_->reserve(pages_before + tokens / page_size() + 1);
+    pinned_.reserve(pages_before + tokens / page_size() + 1);
     append_to_state();  // strong guarantee
+    pinned_.appended(state_, first);  // within the capacity reserved above
     policy_.on_append(view(), first);
     if (digests_) {  // cannot allocate: reserved above
       if (first % page_size() != 0 && digests_->has_digest(pages_before - 1))
@@ -997,6 +1013,7 @@ class basic_sequence {
     policy_.on_remove(view(), pages);
     if (digests_) digests_->remove_pages(pages);  // cannot fail either: the same indices
     if (tier_) tier_->remove_pages(pages);
+    pinned_.remove_pages(pages);
     state_.remove_pages(pages);  // cannot fail: check_plan validated the same indices
   }
   // The table first (it may throw, and nothing here has changed yet), then the state.
@@ -1022,6 +1039,7 @@ class basic_sequence {
   std::uint64_t clock_moved_at_ = std::numeric_limits<std::uint64_t>::max();  // the generation of the last clock move
   std::uint64_t content_before_clock_ = 0;  // the generation before the run of clock moves that ends there
   std::uint64_t advance_columns_at_ = 0;    // advance_columns_generation()
+  pinned_pages pinned_;                     // which pages hold a pinned region's token (statuses read it)
   std::optional<page_digests> digests_;     // enable_digests
   std::optional<page_residencies> tier_;    // enable_host_tier
 };

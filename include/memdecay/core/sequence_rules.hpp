@@ -163,17 +163,15 @@ inline void check_ascending(std::span<const std::size_t> pages, const char* what
 }
 
 /// usage_error unless `plan` was made at the state's current generation, for its page size, and names only
-/// resident, full, evictable pages in strictly ascending order (under the protections in effect). `where`
-/// prefixes the message (the call and the request).
-template <std::floating_point Float, std::size_t PageSize, region_table_like Regions>
-void check_plan(const eviction_plan<Float>& plan, const sequence_state<PageSize>& state, const Regions& table,
-                const protection_config& protection, std::string_view where = {}) {
+/// resident, full pages whose `status` (the sequence's page_statuses under the protections in effect) is
+/// evictable, in strictly ascending order. `where` prefixes the message (the call and the request).
+template <std::floating_point Float, std::size_t PageSize>
+void check_plan(const eviction_plan<Float>& plan, const sequence_state<PageSize>& state,
+                std::span<const page_status> status, std::string_view where = {}) {
   check_plan_made_for(plan.generation, plan.page_size, state, where);
   if (!plan.demoted.empty() || !plan.host_dropped.empty())
     raise_usage(context_prefix(where) + "plan moves pages to or from a host tier, and this sequence has none");
   if (auto problem = state.removal_problem(plan.pages); !problem.empty()) raise_usage(context_prefix(where) + problem);
-  std::vector<page_status> status(state.num_pages());
-  page_statuses(state, table, protection, {}, std::span<page_status>(status));
   check_plan_statuses(plan.pages, status, where);
 }
 

@@ -658,7 +658,10 @@ struct snapshot_access {
     if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the last field");
     policy.reserve(kv_len);
     st.reserve_for(0);
+    pinned_pages pinned(target.regions_);
+    pinned.rebuild(st);
     target.state_ = std::move(st);  // noexcept moves: nothing can fail from here
+    target.pinned_ = std::move(pinned);
     target.policy_ = std::move(policy);
     target.digests_ = std::move(digests);
     target.tier_ = std::move(tier);

@@ -263,11 +263,18 @@ class memdecay {
       if (a.tokens) e.by_region.push_back(a);
     return e;
   }
+  /// The page scores the fused observation left, if nothing moved since (the hooks clear scores_valid_; the step
+  /// and the token count also guard a copy of the policy that a driver keeps while the original moves on); empty
+  /// otherwise. A selection reads them in place.
+  [[nodiscard]] std::span<const Float> cached_page_scores(const sequence_view& view) const noexcept {
+    if (scores_valid_ && scores_step_ == view.now && scores_tokens_ == view.kv_len() &&
+        scores_.size() == view.num_pages())
+      return scores_;
+    return {};
+  }
   void page_scores(const sequence_view& view, std::span<Float> out) const {
-    // Left by the fused observation, and nothing moved since: the hooks clear scores_valid_; the step and the
-    // token count also guard a copy of the policy that a driver keeps while the original moves on.
-    if (scores_valid_ && scores_step_ == view.now && scores_tokens_ == view.kv_len() && scores_.size() == out.size()) {
-      std::copy(scores_.begin(), scores_.end(), out.begin());
+    if (const auto cached = cached_page_scores(view); !cached.empty() && cached.size() == out.size()) {
+      std::copy(cached.begin(), cached.end(), out.begin());
       return;
     }
     if (aggregation_ == page_aggregation::max) {

@@ -28,8 +28,26 @@ template <isa A = native_isa, std::floating_point Float>
   using P = packet<Float, A>;
   constexpr std::size_t W = P::lanes;
   const auto s = P::set1(scale);
-  auto not_finite = P::zero(), lowest = P::zero();
+  // Four independent accumulators of each: with one, every packet waited for the previous add's latency, and the
+  // check cost a fifth of an observation at 64K tokens (bench: library/validate/simd).
+  auto nf0 = P::zero(), nf1 = P::zero(), nf2 = P::zero(), nf3 = P::zero();
+  auto lo0 = P::zero(), lo1 = P::zero(), lo2 = P::zero(), lo3 = P::zero();
   std::size_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    const auto m0 = P::load(mass + i), m1 = P::load(mass + i + W), m2 = P::load(mass + i + 2 * W),
+               m3 = P::load(mass + i + 3 * W);
+    const auto x0 = P::mul(s, m0), x1 = P::mul(s, m1), x2 = P::mul(s, m2), x3 = P::mul(s, m3);
+    nf0 = P::add(nf0, P::sub(x0, x0));
+    nf1 = P::add(nf1, P::sub(x1, x1));
+    nf2 = P::add(nf2, P::sub(x2, x2));
+    nf3 = P::add(nf3, P::sub(x3, x3));
+    lo0 = P::min(lo0, m0);
+    lo1 = P::min(lo1, m1);
+    lo2 = P::min(lo2, m2);
+    lo3 = P::min(lo3, m3);
+  }
+  auto not_finite = P::add(P::add(nf0, nf1), P::add(nf2, nf3));
+  auto lowest = P::min(P::min(lo0, lo1), P::min(lo2, lo3));
   for (; i + W <= n; i += W) {
     const auto m = P::load(mass + i);
     const auto x = P::mul(s, m);
