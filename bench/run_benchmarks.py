@@ -219,6 +219,16 @@ def main():
     for n in [65536, 1 << 20, 1 << 24]:
         lines.append(target(f"select(32) from cached scores / one observe at {n}",
                             ratio(m, f"library/observe/sequence/{n}", f"library/select32/sequence/{n}"), 0.10, "<="))
+    # Attention as the engine wrote it: converted in the kernel, read in place (no goal in the issue but "against
+    # the float32 path"; these hold the half rows to the API's own 1.15 and the strided heads to the Eigen route).
+    for n in [4096, 65536, 1 << 20, 1 << 24]:
+        for f in ["f16", "bf16"]:
+            lines.append(target(f"observe_rows one {f} row / observe_tokens float32 at {n}",
+                                ratio(m, f"library/observe/sequence/{n}", f"library/observe/rows_{f}/{n}"), 1.15, "<="))
+    for n in [4096, 65536, 1 << 20]:
+        lines.append(target(f"observe_rows 8 float32 heads strided / Eigen observe_heads at {n}",
+                            ratio(m, f"library/observe/heads8_eigen/{n}", f"library/observe/heads8_f32_strided/{n}"),
+                            1.0, "<="))
     lines.append("")
 
     svg = os.path.splitext(a.out)[0] + ".svg"

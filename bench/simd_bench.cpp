@@ -378,6 +378,50 @@ void run_library(benchmark::State& st, bool select) {
   finish(st, n, kFusedBytes);
 }
 
+/// observe_rows (core/attention_rows.hpp) on the same workload: `heads` rows of the observation in `format`, each
+/// row the per-token mass over the heads (so the reduced mass is the same as library/observe's), rows `pad`
+/// elements longer than the tokens (a leading dimension). `eigen` observes the float32 rows the way an engine did
+/// before observe_rows: an Eigen heads x tokens map through observe_heads (a reduced copy, then observe_tokens).
+void run_rows(benchmark::State& st, md::mass_format format, std::size_t heads, std::size_t pad, bool eigen) {
+  const auto n = static_cast<std::size_t>(st.range(0));
+  auto& w = data(n);
+  const std::size_t stride = n + pad;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> half;
+  const auto hf = format == md::mass_format::f16 ? md::half_format::f16 : md::half_format::bf16;
+  if (format == md::mass_format::f32)
+    f32.assign(heads * stride, 0.0f);
+  else
+    half.assign(heads * stride, 0);
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t t = 0; t < n; ++t) {
+      const float m = w.mass[t] / static_cast<float>(heads);
+      if (format == md::mass_format::f32)
+        f32[h * stride + t] = m;
+      else
+        half[h * stride + t] = ms::float_to_half(m, hf);
+    }
+  const auto rows = format == md::mass_format::f32
+                        ? md::attention_rows(std::span<const float>(f32), heads, n, stride)
+                        : md::attention_rows(std::span<const std::uint16_t>(half), hf, heads, n, stride);
+  md::sequence seq(md::config{.page_size = kPage, .normalization = md::attention_normalization::uniform});
+  seq.append_tokens(w.state.regions());
+  md::step_t step = 0;
+  using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Map<const row_major, 0, Eigen::OuterStride<>> matrix(
+      f32.data(), static_cast<Eigen::Index>(heads), static_cast<Eigen::Index>(n),
+      Eigen::OuterStride<>(static_cast<Eigen::Index>(stride)));
+  for (auto _ : st) {
+    seq.advance_to(++step);
+    if (eigen)
+      benchmark::DoNotOptimize(seq.observe_heads(matrix, md::head_reduction::sum));
+    else
+      benchmark::DoNotOptimize(seq.observe_rows(rows));
+  }
+  // The state's bytes (the fused pass without its 4-byte mass) plus the rows read, counted once.
+  finish(st, n, kFusedBytes - 4.0 + static_cast<double>(heads * rows.element_bytes()));
+}
+
 void register_all() {
   static std::vector<float> tb(kChunk), targ(kChunk);
   const std::vector<std::int64_t> sizes = {4096, 65536, 1 << 20, 1 << 24};
@@ -492,6 +536,19 @@ void register_all() {
   add("library/observe/policy",
       [](benchmark::State& st) { run_library<md::policy_sequence<md::policies::memdecay>>(st, false); });
   add("library/select32/sequence", [](benchmark::State& st) { run_library<md::sequence>(st, true); });
+  // Attention as the engine wrote it (observe_rows): one row in each format, and 8 heads with a leading dimension.
+  add("library/observe/rows_f32",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::f32, 1, 0, false); });
+  add("library/observe/rows_f16",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::f16, 1, 0, false); });
+  add("library/observe/rows_bf16",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::bf16, 1, 0, false); });
+  add("library/observe/heads8_f32_strided",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::f32, 8, 64, false); });
+  add("library/observe/heads8_f16_strided",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::f16, 8, 64, false); });
+  add("library/observe/heads8_eigen",
+      [](benchmark::State& st) { run_rows(st, md::mass_format::f32, 8, 64, true); });
   add("library/validate/simd", [](benchmark::State& st) {
     auto& w = data(static_cast<std::size_t>(st.range(0)));
     for (auto _ : st) benchmark::DoNotOptimize(ms::mass_is_valid(w.mass.data(), w.mass.size(), 1.0f));
@@ -511,8 +568,10 @@ void register_all() {
     finish(st, w.mass.size(), 4.0);
   });
   for (auto n : sizes)
-    for (const auto& [name, fn] : variants)
+    for (const auto& [name, fn] : variants) {
+      if (n > (1 << 20) && name.find("heads8") != std::string::npos) continue;  // 8 x 16M rows: 512 MB a buffer
       benchmark::RegisterBenchmark(name.c_str(), fn)->Arg(n)->Unit(benchmark::kMicrosecond);
+    }
 }
 
 const bool registered = (register_all(), true);

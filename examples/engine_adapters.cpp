@@ -21,6 +21,8 @@
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
+#include <memdecay/core/attention_rows.hpp>
+#include <memdecay/core/executor.hpp>
 #include <memdecay/core/manager.hpp>
 #include <memdecay/page_tables/flashinfer_csr.hpp>
 #include <memdecay/page_tables/sglang_req_to_token.hpp>
@@ -110,6 +112,33 @@ inline std::map<std::uint64_t, memdecay::page_removal<std::int32_t>> manager_ste
   for (const auto& [id, tokens] : drafts) mgr.protect_tail_tokens(id, tokens);  // speculative tokens in flight
   const auto plan = mgr.select_global();  // sequence budgets, then the global one; (score, tie hash, id, page) order
   return mgr.commit(plan, pool, memdecay::identity_id{});  // all or nothing; per request, its page_removal
+}
+
+inline std::size_t observe_engine_rows(memdecay::sequence& seq, const std::uint16_t* attn_bf16, std::size_t heads,
+                                       std::size_t ld) {
+  // This request's attention, heads x tokens in bf16, row h at attn_bf16 + h * ld (ld >= the resident tokens).
+  const memdecay::attention_rows rows(std::span<const std::uint16_t>(attn_bf16, (heads - 1) * ld + seq.kv_len()),
+                                      memdecay::half_format::bf16, heads, seq.kv_len(), ld,
+                                      memdecay::head_reduction::mean);
+  return seq.observe_rows(rows);  // == observe_tokens(the rows' float mean); input_error names a bad row and token
+}
+
+struct running_request {
+  std::uint64_t id;
+  std::vector<float> attention_mass;  // over its resident tokens
+};
+
+inline std::map<std::uint64_t, memdecay::page_removal<std::int32_t>> batch_step(
+    memdecay::manager& mgr, memdecay::block_pool<>& block_pool, memdecay::step_t step,
+    const std::vector<running_request>& running) {
+  static memdecay::thread_pool pool(4);                            // once, owned by the engine
+  mgr.advance_to(step, pool);           // the clocks (an exp-free rebase is O(tokens) now and then)
+  std::vector<memdecay::manager::observation> batch;               // {id, mass over its resident tokens}
+  for (const auto& r : running) batch.push_back({r.id, r.attention_mass});
+  mgr.observe_batch(batch, pool);       // every mass checked first (input_error naming the sequence, nothing
+                                        // changed), then every sequence observed, a task each
+  const auto plan = mgr.select_global(0, pool);  // own budgets and candidates per task, then the global choice
+  return mgr.commit(plan, block_pool, memdecay::identity_id{});
 }
 
 // --- the scenario ------------------------------------------------------------------------------------------------
@@ -309,6 +338,64 @@ void manager() {
   check(drafts_resident, "request 3 keeps the pages its drafts read");
 }
 
+void attention_rows() {
+  std::printf("attention rows: 4 heads x 200 tokens of bf16, rows 256 apart, observed in place\n");
+  md::sequence by_rows(md::config{.page_size = P});
+  by_rows.append(md::regions::system, P);
+  by_rows.append(md::regions::tool_out, 200 - P);
+  by_rows.advance_to(1);
+  md::sequence by_floats = by_rows;
+  std::vector<std::uint16_t> attn(4 * 256, 0);
+  std::vector<float> mean(200, 0.0f);
+  for (std::size_t t = 0; t < 200; ++t) {
+    for (std::size_t h = 0; h < 4; ++h) {
+      attn[h * 256 + t] = t % 7 == h ? 0x3c00 : 0x3b00;  // bf16 bits: 0.0078125 or 0.001953125
+      mean[t] = h == 0 ? md::simd::bf16_to_float(attn[t]) : mean[t] + md::simd::bf16_to_float(attn[h * 256 + t]);
+    }
+    mean[t] *= 1.0f / 4.0f;
+  }
+  const std::size_t refreshed = ex::observe_engine_rows(by_rows, attn.data(), 4, 256);
+  check(refreshed == by_floats.observe_tokens(mean) && by_rows.digest() == by_floats.digest(),
+        "observe_rows on the bf16 rows == observe_tokens of their float mean");
+}
+
+void batch() {
+  std::printf("batch step: 6 requests of 300 tokens on a pool of 4 threads, global budget 100 pages (down to 90)\n");
+  std::vector<ex::running_request> running;
+  auto open_all = [&running](md::manager& mgr, md::block_pool<>& pool) {
+    running.clear();
+    for (std::uint64_t id = 1; id <= 6; ++id) {
+      auto& seq = mgr.open(id, md::config{.page_size = P});
+      pool.open(id);
+      seq.append(md::regions::system, P);
+      seq.append(static_cast<md::region_id>(1 + id % 6), 300 - P);
+      pool.append_tokens(id, seq.kv_len());
+      std::vector<float> mass(seq.kv_len());
+      for (std::size_t t = 0; t < mass.size(); ++t) mass[t] = static_cast<float>((t * 37 + id * 11) % 101) / 3000.0f;
+      running.push_back({id, mass});
+    }
+  };
+  md::manager serial_mgr({.page_size = P, .global = md::global_budget::pages(100, 90)});
+  md::manager threaded_mgr({.page_size = P, .global = md::global_budget::pages(100, 90)});
+  md::block_pool<> serial_pool(200, P), threaded_pool(200, P);
+  open_all(threaded_mgr, threaded_pool);
+  const auto threaded = ex::batch_step(threaded_mgr, threaded_pool, 5, running);
+  open_all(serial_mgr, serial_pool);
+  serial_mgr.advance_to(5);
+  for (const auto& r : running) serial_mgr.at(r.id).observe_tokens(r.attention_mass);
+  const auto serial = serial_mgr.commit(serial_mgr.select_global(), serial_pool, md::identity_id{});
+  std::size_t freed = 0;
+  bool same = serial.size() == threaded.size();
+  for (const auto& [id, removal] : threaded) {
+    freed += removal.freed->size();
+    same = same && serial.count(id) != 0 && serial.at(id).removed == removal.removed;
+  }
+  std::printf("  %zu blocks freed across %zu requests\n", freed, threaded.size());
+  check(same && freed > 0 && threaded_mgr.reclaimable_pages() == 90,
+        "the threaded step frees what the serial calls free");
+  check(threaded_pool.consistent(), "the block pool is consistent");
+}
+
 }  // namespace
 
 int main() {
@@ -318,6 +405,8 @@ int main() {
   llama_cpp();
   tensorrt_llm();
   manager();
+  attention_rows();
+  batch();
   if (failures != 0) {
     std::printf("FAIL: %d checks failed\n", failures);
     return 1;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <memdecay/core/executor.hpp>
 #include <memdecay/core/manager.hpp>
 #include <memdecay/io/manager_snapshot.hpp>
 
@@ -41,6 +42,13 @@ class manager_handle {
   [[nodiscard]] virtual bool contains(std::uint64_t id) const = 0;
   [[nodiscard]] virtual std::vector<std::uint64_t> ids() const = 0;
   virtual void advance_to(md::step_t step) = 0;
+  /// The batch step on `threads` threads (core/executor.hpp): 1 is the caller's thread; more, a thread_pool the
+  /// handle keeps (made again when the count changes). The same result for every count.
+  virtual void advance_to(md::step_t step, std::size_t threads) = 0;
+  virtual std::vector<std::size_t> observe_batch(std::span<const std::uint64_t> ids,
+                                                 std::span<const std::span<const float>> masses,
+                                                 std::size_t threads) = 0;
+  [[nodiscard]] virtual global_plan select_global(std::size_t pages_to_free, std::size_t threads) = 0;
   [[nodiscard]] virtual md::step_t now() const = 0;
   virtual void protect_pages(std::uint64_t id, std::span<const std::size_t> pages) = 0;
   virtual void protect_tail_tokens(std::uint64_t id, std::size_t tokens) = 0;
@@ -104,6 +112,23 @@ class manager_impl final : public manager_handle {
   [[nodiscard]] bool contains(std::uint64_t id) const override { return mgr_->contains(id); }
   [[nodiscard]] std::vector<std::uint64_t> ids() const override { return mgr_->ids(); }
   void advance_to(md::step_t step) override { mgr_->advance_to(step); }
+  void advance_to(md::step_t step, std::size_t threads) override {
+    if (threads <= 1) return mgr_->advance_to(step);
+    mgr_->advance_to(step, pool(threads));
+  }
+  std::vector<std::size_t> observe_batch(std::span<const std::uint64_t> ids,
+                                         std::span<const std::span<const float>> masses,
+                                         std::size_t threads) override {
+    std::vector<typename Mgr::observation> batch;
+    batch.reserve(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], masses[i]});
+    if (threads <= 1) return mgr_->observe_batch(std::span<const typename Mgr::observation>(batch));
+    return mgr_->observe_batch(std::span<const typename Mgr::observation>(batch), pool(threads));
+  }
+  [[nodiscard]] global_plan select_global(std::size_t pages_to_free, std::size_t threads) override {
+    if (threads <= 1) return mgr_->select_global(pages_to_free);
+    return mgr_->select_global(pages_to_free, pool(threads));
+  }
   [[nodiscard]] md::step_t now() const override { return mgr_->now(); }
   void protect_pages(std::uint64_t id, std::span<const std::size_t> pages) override { mgr_->protect_pages(id, pages); }
   void protect_tail_tokens(std::uint64_t id, std::size_t tokens) override { mgr_->protect_tail_tokens(id, tokens); }
@@ -169,10 +194,18 @@ class manager_impl final : public manager_handle {
   }
 
  private:
+  md::thread_pool& pool(std::size_t threads) {
+    if (!pool_ || pool_->size() != threads) {
+      pool_.reset();
+      pool_ = std::make_unique<md::thread_pool>(threads);
+    }
+    return *pool_;
+  }
   std::shared_ptr<sequence_handle> handle(std::uint64_t id) {
     return std::make_shared<handle_impl<Seq, managed<Seq>>>(managed<Seq>{mgr_, id});
   }
   std::shared_ptr<Mgr> mgr_;
+  std::unique_ptr<md::thread_pool> pool_;
 };
 
 }  // namespace memdecay_bindings

@@ -58,6 +58,8 @@ class sequence_handle {
   virtual std::size_t observe_pages(std::span<const float> mass) = 0;
   virtual std::size_t observe_heads(const float* data, std::size_t heads, std::size_t tokens,
                                     md::head_reduction how) = 0;
+  virtual std::size_t observe_rows(const md::attention_rows& rows) = 0;
+  virtual std::size_t observe_key_norms(std::span<const float> norms, double total) = 0;
   [[nodiscard]] virtual plan_type select(std::size_t k, std::span<const std::size_t> caller_protected) const = 0;
   [[nodiscard]] virtual plan_type select_for_budget(std::span<const std::size_t> caller_protected) const = 0;
   [[nodiscard]] virtual std::size_t pages_wanted_by_budget() const = 0;
@@ -144,6 +146,10 @@ class handle_impl final : public sequence_handle {
     using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
     return get().observe_heads(
         Eigen::Map<const matrix>(data, static_cast<Eigen::Index>(heads), static_cast<Eigen::Index>(tokens)), how);
+  }
+  std::size_t observe_rows(const md::attention_rows& rows) override { return get().observe_rows(rows); }
+  std::size_t observe_key_norms(std::span<const float> norms, double total) override {
+    return get().observe_key_norms(norms, total);
   }
   [[nodiscard]] plan_type select(std::size_t k, std::span<const std::size_t> prot) const override {
     return get().select(k, prot);

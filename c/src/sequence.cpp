@@ -120,6 +120,18 @@ memdecay_status memdecay_sequence_set_page_digest(memdecay_sequence* sequence, s
   });
 }
 
+memdecay_status memdecay_sequence_set_page_mean_key(memdecay_sequence* sequence, size_t page, const float* mean,
+                                                    size_t count) {
+  return on_sequence(sequence, [&](sequence_handle& s) { s.set_page_mean_key(page, array_of(mean, count, "mean")); });
+}
+
+memdecay_status memdecay_sequence_observe_key_norms(memdecay_sequence* sequence, const float* norms, size_t count,
+                                                    double total, size_t* refreshed) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    set_if(refreshed, s.observe_key_norms(array_of(norms, count, "norms"), total));
+  });
+}
+
 memdecay_status memdecay_sequence_set_page_keys(memdecay_sequence* sequence, size_t page, const float* keys,
                                                 size_t count) {
   return on_sequence(sequence, [&](sequence_handle& s) { s.set_page_keys(page, array_of(keys, count, "keys")); });
@@ -155,6 +167,34 @@ memdecay_status memdecay_sequence_observe_heads(memdecay_sequence* sequence, con
             "how = " + std::to_string(static_cast<int>(how)) + " (MEMDECAY_HEADS_SUM or MEMDECAY_HEADS_MEAN)");
     const auto r = how == MEMDECAY_HEADS_SUM ? md::head_reduction::sum : md::head_reduction::mean;
     set_if(refreshed, s.observe_heads(mass, heads, tokens, r));
+  });
+}
+
+memdecay_status memdecay_sequence_observe_rows(memdecay_sequence* sequence, const void* data, size_t elements,
+                                               memdecay_mass_format format, size_t rows, size_t tokens,
+                                               size_t stride, memdecay_head_reduction how, size_t* refreshed) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    if (data == nullptr && elements > 0) raise(MEMDECAY_INVALID_ARGUMENT, "data is NULL with elements > 0");
+    if (how != MEMDECAY_HEADS_SUM && how != MEMDECAY_HEADS_MEAN)
+      raise(MEMDECAY_INVALID_ARGUMENT,
+            "how = " + std::to_string(static_cast<int>(how)) + " (MEMDECAY_HEADS_SUM or MEMDECAY_HEADS_MEAN)");
+    const auto r = how == MEMDECAY_HEADS_SUM ? md::head_reduction::sum : md::head_reduction::mean;
+    switch (format) {
+      case MEMDECAY_MASS_F32:
+        set_if(refreshed, s.observe_rows(md::attention_rows(
+                              std::span<const float>(static_cast<const float*>(data), elements), rows, tokens, stride, r)));
+        return;
+      case MEMDECAY_MASS_F16:
+      case MEMDECAY_MASS_BF16:
+        set_if(refreshed,
+               s.observe_rows(md::attention_rows(
+                   std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(data), elements),
+                   format == MEMDECAY_MASS_F16 ? md::half_format::f16 : md::half_format::bf16, rows, tokens, stride, r)));
+        return;
+      default:
+        raise(MEMDECAY_INVALID_ARGUMENT, "format = " + std::to_string(static_cast<int>(format)) +
+                                             " (MEMDECAY_MASS_F32, MEMDECAY_MASS_F16 or MEMDECAY_MASS_BF16)");
+    }
   });
 }
 

@@ -226,6 +226,78 @@ static void test_sequence_errors_change_nothing(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* Attention rows read in place: fp16 rows with a leading dimension observe as the float sum; bad ones change nothing. */
+static void test_observe_rows(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence *a, *b;
+  uint16_t rows[3 * 260];
+  float sum[256];
+  size_t i, r, refreshed_a = 0, refreshed_b = 0;
+  uint64_t before;
+  CHECK_OK(memdecay_config_create(&cfg));
+  a = episode(cfg, "memdecay", NULL, 256);
+  b = episode(cfg, "memdecay", NULL, 256);
+  /* 1/512 and 1/256 are exact in fp16: 0x1800 and 0x1c00 */
+  for (r = 0; r < 3; ++r)
+    for (i = 0; i < 260; ++i) rows[r * 260 + i] = (uint16_t)(i % 2 ? 0x1c00 : 0x1800);
+  for (i = 0; i < 256; ++i) sum[i] = i % 2 ? 3.0f / 256.0f : 3.0f / 512.0f;
+  CHECK_OK(memdecay_sequence_observe_rows(a, rows, 3 * 260, MEMDECAY_MASS_F16, 3, 256, 260, MEMDECAY_HEADS_SUM,
+                                          &refreshed_a));
+  CHECK_OK(memdecay_sequence_observe_tokens(b, sum, 256, &refreshed_b));
+  CHECK(refreshed_a == refreshed_b);
+  CHECK(digest_of(a) == digest_of(b));
+  before = digest_of(a);
+  rows[2 * 260 + 40] = 0xbc00; /* -1.0 in fp16 */
+  CHECK_FAILS(memdecay_sequence_observe_rows(a, rows, 3 * 260, MEMDECAY_MASS_F16, 3, 256, 260, MEMDECAY_HEADS_SUM, NULL),
+              MEMDECAY_INPUT_ERROR, "row 2, token 40");
+  CHECK_FAILS(memdecay_sequence_observe_rows(a, rows, 3 * 260 - 5, MEMDECAY_MASS_F16, 3, 256, 260, MEMDECAY_HEADS_SUM,
+                                             NULL),
+              MEMDECAY_INPUT_ERROR, "need 776");
+  CHECK_FAILS(memdecay_sequence_observe_rows(a, rows, 3 * 260, (memdecay_mass_format)7, 3, 256, 260,
+                                             MEMDECAY_HEADS_SUM, NULL),
+              MEMDECAY_INVALID_ARGUMENT, "format");
+  CHECK(digest_of(a) == before);
+  memdecay_sequence_destroy(a);
+  memdecay_sequence_destroy(b);
+  memdecay_config_destroy(cfg);
+}
+
+/* Mean-key digests and key norms through the C ABI: the same state as the C++ calls would leave (checked against a
+ * twin fed the per-token mass the key-norm signal defines), bad input changes nothing. */
+static void test_mean_keys_and_key_norms(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  float mean[2 * 4], norms[256], query[2 * 4], bounds[2 * 16];
+  uint64_t before;
+  size_t i, refreshed = 99;
+  CHECK_OK(memdecay_config_create(&cfg));
+  seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16 */
+  CHECK_FAILS(memdecay_sequence_set_page_mean_key(seq, 0, mean, 8), MEMDECAY_USAGE_ERROR, "enable_digests");
+  CHECK_OK(memdecay_sequence_enable_digests(seq, 2, 4, 2, MEMDECAY_DIGEST_MEAN_KEY, MEMDECAY_DIGEST_F32, 1.0));
+  for (i = 0; i < 8; ++i) mean[i] = (float)i * 0.25f;
+  CHECK_OK(memdecay_sequence_set_page_mean_key(seq, 3, mean, 8));
+  for (i = 0; i < 8; ++i) query[i] = 1.0f;
+  CHECK_OK(memdecay_sequence_page_bounds(seq, query, 8, bounds, 32));
+  CHECK(bounds[3] == 0.0f + 0.25f + 0.5f + 0.75f);     /* head 0 on page 3: q . mean over the first kv head */
+  CHECK(bounds[16 + 3] == 1.0f + 1.25f + 1.5f + 1.75f); /* head 1: the second kv head */
+  before = digest_of(seq);
+  CHECK_FAILS(memdecay_sequence_set_page_mean_key(seq, 3, mean, 7), MEMDECAY_INPUT_ERROR, "");
+  mean[2] = NAN;
+  CHECK_FAILS(memdecay_sequence_set_page_mean_key(seq, 3, mean, 8), MEMDECAY_INPUT_ERROR, "");
+  CHECK_FAILS(memdecay_sequence_set_page_mean_key(seq, 99, mean, 8), MEMDECAY_INPUT_ERROR, "99");
+  for (i = 0; i < 256; ++i) norms[i] = 1.0f + (float)(i % 5);
+  CHECK_FAILS(memdecay_sequence_observe_key_norms(seq, norms, 255, 1.0, NULL), MEMDECAY_INPUT_ERROR, "256");
+  norms[9] = -1.0f;
+  CHECK_FAILS(memdecay_sequence_observe_key_norms(seq, norms, 256, 1.0, NULL), MEMDECAY_INPUT_ERROR, "");
+  CHECK(digest_of(seq) == before);
+  norms[9] = 2.0f;
+  CHECK_OK(memdecay_sequence_observe_key_norms(seq, norms, 256, 1.0, &refreshed));
+  CHECK(refreshed != 99);
+  CHECK(digest_of(seq) != before);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 /* Page digests and the attention-free signal: bad input changes nothing; bounds and observe_query work. */
 static void test_digests(void) {
   memdecay_config* cfg = NULL;
@@ -733,6 +805,8 @@ int main(int argc, char** argv) {
   test_config();
   test_policies_and_params();
   test_sequence_errors_change_nothing();
+  test_observe_rows();
+  test_mean_keys_and_key_norms();
   test_digests();
   test_host_tier();
   test_commits();

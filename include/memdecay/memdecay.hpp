@@ -13,6 +13,7 @@
 #include "memdecay/core/sequence_state.hpp"
 #include "memdecay/core/token_state.hpp"
 #include "memdecay/core/attention.hpp"
+#include "memdecay/core/attention_rows.hpp"
 #include "memdecay/core/ewma_tracker.hpp"
 #include "memdecay/core/eviction.hpp"
 #include "memdecay/page_tables/page_table.hpp"
@@ -25,6 +26,7 @@
 #include "memdecay/core/policy.hpp"
 #include "memdecay/policies/all.hpp"
 #include "memdecay/core/manager.hpp"
+#include "memdecay/core/executor.hpp"
 #include "memdecay/exports/llama_cpp.hpp"
 #include "memdecay/exports/tensorrt_llm.hpp"
 

@@ -68,14 +68,15 @@ py::array_t<T> exact_array(const py::handle& obj, const char* name, py::ssize_t 
 /// once to float32 (the sequence's score type), any other dtype or layout is a ValueError naming `name`. Accepts
 /// DLPack producers (__dlpack__: PyTorch CPU tensors, through numpy.from_dlpack) and what numpy.asarray accepts
 /// without copying (__array__, the buffer protocol).
+/// `obj` as a NumPy array: itself, a view of a DLPack producer (a PyTorch CPU tensor; not copied), or asarray.
+inline py::array any_array(const py::handle& obj) {
+  if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
+  if (py::hasattr(obj, "__dlpack__")) return py::module_::import("numpy").attr("from_dlpack")(obj).cast<py::array>();
+  return py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+}
+
 inline py::array_t<float> mass_array(const py::handle& obj, const char* name, py::ssize_t ndim) {
-  py::array a;
-  if (py::isinstance<py::array>(obj))
-    a = py::reinterpret_borrow<py::array>(obj);
-  else if (py::hasattr(obj, "__dlpack__"))  // a DLPack producer (a PyTorch CPU tensor): viewed, not copied
-    a = py::module_::import("numpy").attr("from_dlpack")(obj).cast<py::array>();
-  else
-    a = py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+  const py::array a = any_array(obj);
   if (a.ndim() != ndim)
     raise_argument(name, std::to_string(a.ndim()) + " dimensions, expected " + std::to_string(ndim));
   if (!(a.flags() & py::array::c_style)) raise_argument(name, "not C-contiguous (pass numpy.ascontiguousarray(x))");

@@ -93,7 +93,36 @@ void bind_manager(py::module_& m) {
       .def("__getitem__", &manager_handle::at)
       .def("__contains__", &manager_handle::contains)
       .def("ids", &manager_handle::ids)
-      .def("advance_to", &manager_handle::advance_to, py::arg("step"))
+      .def(
+          "advance_to",
+          [](manager_handle& mh, md::step_t step, std::size_t threads) {
+            py::gil_scoped_release release;
+            mh.advance_to(step, threads);
+          },
+          py::arg("step"), py::arg("threads") = 1,
+          "Every clock to `step` (UsageError/InputError if one goes back); `threads` > 1 moves them on a pool.")
+      .def(
+          "observe_batch",
+          [](manager_handle& mh, const py::object& batch, std::size_t threads) {
+            // {id: mass} or [(id, mass), ...]; every mass a float32 array viewed in place (kept alive here).
+            std::vector<std::uint64_t> ids;
+            std::vector<py::array_t<float>> arrays;
+            const py::object items = py::isinstance<py::dict>(batch) ? batch.attr("items")() : batch;
+            for (const py::handle item : items) {
+              const py::tuple pair(py::reinterpret_borrow<py::object>(item));
+              if (pair.size() != 2) raise_argument("batch", "entries are (id, mass) pairs");
+              ids.push_back(pair[0].cast<std::uint64_t>());
+              arrays.push_back(mass_array(pair[1], "mass", 1));
+            }
+            std::vector<std::span<const float>> masses;
+            for (const auto& a : arrays) masses.emplace_back(a.data(), static_cast<std::size_t>(a.size()));
+            py::gil_scoped_release release;
+            return mh.observe_batch(ids, masses, threads);
+          },
+          py::arg("batch"), py::arg("threads") = 1,
+          "observe_tokens for every (id, mass) of the batch ({id: mass} or pairs), a task per sequence on `threads` "
+          "threads (a pool the manager keeps); every mass is checked first (InputError naming the sequence, and "
+          "nothing changes). Returns the tokens refreshed per entry, in batch order; the same for any thread count.")
       .def(
           "protect_pages",
           [](manager_handle& mh, std::uint64_t id, const py::object& pages) { mh.protect_pages(id, page_list(pages)); },
@@ -126,11 +155,14 @@ void bind_manager(py::module_& m) {
       .def("prefix_cacheable_tokens", &manager_handle::prefix_cacheable_tokens, py::arg("id"))
       .def(
           "select_global",
-          [](const manager_handle& mh, std::size_t pages_to_free) {
+          [](manager_handle& mh, std::size_t pages_to_free, std::size_t threads) {
             py::gil_scoped_release release;
-            return mh.select_global(pages_to_free);
+            return threads <= 1 ? static_cast<const manager_handle&>(mh).select_global(pages_to_free)
+                                : mh.select_global(pages_to_free, threads);
           },
-          py::arg("pages_to_free") = 0, "Phase 1: sequence budgets, then the global one (changes nothing).")
+          py::arg("pages_to_free") = 0, py::arg("threads") = 1,
+          "Phase 1: sequence budgets, then the global one (changes nothing); `threads` > 1 runs the per-sequence "
+          "work on a pool, with the same plan.")
       .def(
           "commit",
           [](manager_handle& mh, const global_plan& plan, const py::object& table,

@@ -145,3 +145,46 @@ def test_a_bad_chain_is_named_and_changes_nothing():
     assert target.digest() == before and target.ids() == [1]
     with pytest.raises(md.UsageError, match="another manager"):
         target.save(cp)
+
+
+def batch_manager():
+    mgr = md.Manager("memdecay", page_size=P, global_high=40, global_low=30)
+    rng = np.random.default_rng(5)
+    for sid in range(6):
+        seq = mgr.open(10 + 3 * sid, md.Config(page_size=P))
+        seq.append("system", P)
+        for _ in range(4):
+            seq.append(int(rng.integers(1, 7)), int(rng.integers(1, 3 * P)))
+    return mgr
+
+
+def test_the_batch_step_is_the_same_on_any_number_of_threads():
+    base = batch_manager()
+    base.advance_to(3)
+    masses = {sid: np.random.default_rng(sid).random(base[sid].kv_len, dtype=np.float32) for sid in base.ids()}
+    for sid, m in masses.items():
+        base[sid].observe_tokens(m)
+    want = base.select_global()
+    assert len(want.victims) > 0
+    for threads in (1, 2, 4):
+        mgr = batch_manager()
+        mgr.advance_to(3, threads=threads)
+        refreshed = mgr.observe_batch(list(masses.items()) if threads == 2 else masses, threads=threads)
+        assert len(refreshed) == len(masses)
+        assert mgr.digest() == base.digest()
+        plan = mgr.select_global(threads=threads)
+        assert [(v.sequence, v.page) for v in plan.victims] == [(v.sequence, v.page) for v in want.victims]
+
+
+def test_a_bad_mass_in_a_batch_changes_nothing():
+    mgr = batch_manager()
+    mgr.advance_to(2)
+    before = mgr.digest()
+    ids = mgr.ids()
+    batch = [(sid, np.full(mgr[sid].kv_len, 0.01, np.float32)) for sid in ids]
+    batch[3][1][5] = np.nan
+    with pytest.raises(md.InputError, match=f"sequence {ids[3]}"):
+        mgr.observe_batch(batch, threads=2)
+    with pytest.raises(md.UsageError, match="named twice"):
+        mgr.observe_batch([batch[0], batch[0]])
+    assert mgr.digest() == before

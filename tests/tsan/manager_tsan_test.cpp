@@ -9,6 +9,8 @@
 //   3. several threads run const queries at once on the same manager: select_global(), select(id), digest(),
 //      page_scores(), and all of them must get the same answer;
 //   4. one thread commits the global plan.
+// A third run does steps 1, 2 and 4 through the manager's batch step (observe_batch, advance_to and select_global
+// on a thread_pool) and must make the same decisions.
 // TSan reports any data race (the test fails with exit code 66); the test also checks that the threaded run made
 // exactly the decisions of the same calls made on one thread (decisions never depend on threads).
 // With the argument `race`, two threads feed the SAME sequence (what the documentation forbids), to show that
@@ -20,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "memdecay/core/executor.hpp"
 #include "memdecay/core/manager.hpp"
 
 namespace md = memdecay;
@@ -44,21 +47,48 @@ md::config config_for(std::uint64_t id) {
 
 // The work of one sequence in one step: a few tokens of a region, then an attention observation over every
 // resident token. Deterministic in (id, step).
-void feed(md::sequence& seq, std::uint64_t id, int step) {
+void append_for(md::sequence& seq, std::uint64_t id, int step) {
   seq.append(static_cast<md::region_id>(1 + (id + static_cast<std::uint64_t>(step)) % 6), 1 + (id + step) % 5);
+}
+std::vector<float> mass_for(const md::sequence& seq, std::uint64_t id, int step) {
   std::vector<float> mass(seq.kv_len());
   for (std::size_t i = 0; i < mass.size(); ++i)
     mass[i] = static_cast<float>((i * 7 + id * 3 + static_cast<std::size_t>(step)) % 11) / 11.0f;
-  (void)seq.observe_tokens(mass);
+  return mass;
+}
+void feed(md::sequence& seq, std::uint64_t id, int step) {
+  append_for(seq, id, step);
+  (void)seq.observe_tokens(mass_for(seq, id, step));
   (void)seq.select(2);  // a const query on one's own sequence between mutations
 }
 
-// Runs the loop; `threaded` spreads steps 1 and 3 over threads. Returns a digest of every decision.
-std::uint64_t run(bool threaded, bool race = false) {
+// Runs the loop; `threaded` spreads steps 1 and 3 over threads; `batched` does step 1's observations, the clock and
+// the global selection through the manager's batch step on a thread_pool (core/executor.hpp) instead. Returns a
+// digest of every decision.
+std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
   md::manager mgr({.page_size = 4, .global = md::global_budget::pages(30, 24)});
   for (std::uint64_t id = 0; id < sequences; ++id) mgr.open(id * 10, config_for(id));
+  md::thread_pool executor(threads);
   md::detail::fnv1a64 decisions;
   for (int step = 1; step <= steps; ++step) {
+    if (batched) {
+      std::vector<std::vector<float>> masses;
+      std::vector<md::manager::observation> batch;
+      for (std::uint64_t id = 0; id < sequences; ++id) append_for(mgr.at(id * 10), id, step);
+      for (std::uint64_t id = 0; id < sequences; ++id) masses.push_back(mass_for(mgr.at(id * 10), id, step));
+      for (std::uint64_t id = 0; id < sequences; ++id) batch.push_back({id * 10, masses[id]});
+      (void)mgr.observe_batch(batch, executor);
+      mgr.advance_to(static_cast<md::step_t>(step), executor);
+      mgr.protect_tail_tokens(10 * static_cast<std::uint64_t>(step % sequences), 3);
+      const auto plan = mgr.select_global(static_cast<std::size_t>(step % 3), executor);
+      const auto& cmgr = mgr;
+      std::uint64_t h = plan.digest() ^ cmgr.digest();
+      for (std::uint64_t id : cmgr.ids())
+        h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
+      decisions.add(plan.digest()).add(h);
+      mgr.commit(plan);
+      continue;
+    }
     // 1. Each thread its own sequences.
     auto own = [&](int t) {
       if (race) {
@@ -116,6 +146,7 @@ int main(int argc, char** argv) {
   const std::uint64_t serial = run(false);
   const std::uint64_t threaded = run(true);
   if (serial != threaded) fail("the threaded run made other decisions than the serial one");
+  if (run(false, false, true) != serial) fail("the batch step on a thread_pool made other decisions");
   std::printf("tsan_test: OK: %d threads, %llu sequences, %d steps, same decisions as one thread (%016llx)\n", threads,
               static_cast<unsigned long long>(sequences), steps, static_cast<unsigned long long>(threaded));
   return 0;

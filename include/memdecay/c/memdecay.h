@@ -241,6 +241,25 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_observe_heads(memdecay_sequence
                                                                size_t heads, size_t tokens, memdecay_head_reduction how,
                                                                size_t* refreshed);
 
+/* The element type of memdecay_sequence_observe_rows's buffer. */
+typedef enum memdecay_mass_format {
+  MEMDECAY_MASS_F32 = 0,  /* float */
+  MEMDECAY_MASS_F16 = 1,  /* IEEE binary16 bits (uint16_t) */
+  MEMDECAY_MASS_BF16 = 2, /* bfloat16 bits (uint16_t) */
+  MEMDECAY_MASS_MAX_ENUM = 0x7fffffff
+} memdecay_mass_format;
+/*
+ * Attention as the engine's kernel wrote it, read in place (docs/integration.md): `rows` rows of `tokens` masses
+ * (tokens == the device tokens), row r starting at element r * stride of `data` (stride >= tokens; 0: tokens),
+ * `elements` elements in the buffer, of `format`; reduced over the rows by `how`. The same as observe_tokens of
+ * the rows' float sum in row order (times 1 / rows for a mean). MEMDECAY_INPUT_ERROR naming the row and token of a
+ * bad element, or the field of a shape the buffer cannot hold; nothing changes then. Since ABI version 1.
+ */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_rows(memdecay_sequence* sequence, const void* data,
+                                                              size_t elements, memdecay_mass_format format,
+                                                              size_t rows, size_t tokens, size_t stride,
+                                                              memdecay_head_reduction how, size_t* refreshed);
+
 /*
  * Page digests and the attention-free signal (docs/tiers.md), for engines whose kernels never materialise
  * attention: a digest of each page's keys, and observe_query instead of observe_tokens. query_heads 0 = kv_heads;
@@ -269,6 +288,9 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_enable_digests(memdecay_sequenc
 /* Page `page`'s min/max digest: lo and hi hold `count` = kv_heads x head_dim values each. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_digest(memdecay_sequence* sequence, size_t page,
                                                                  const float* lo, const float* hi, size_t count);
+/* Page `page`'s mean-key digest (kind MEMDECAY_DIGEST_MEAN_KEY): `count` = kv_heads x head_dim values. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_mean_key(memdecay_sequence* sequence, size_t page,
+                                                                   const float* mean, size_t count);
 /* Page `page`'s digest computed from its keys: `count` = tokens x kv_heads x head_dim values. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_keys(memdecay_sequence* sequence, size_t page,
                                                                const float* keys, size_t count);
@@ -276,6 +298,10 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_set_page_keys(memdecay_sequence
  * +inf for a page without a digest). `query`: query_heads x head_dim. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_page_bounds(const memdecay_sequence* sequence, const float* query,
                                                              size_t query_count, float* out, size_t out_count);
+/* Observes the attention estimated from the device tokens' key norms (`count` == the device tokens; KnormPress: a
+ * low norm, a high share; summing to `total`), for engines that see neither attention nor keep digests. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_observe_key_norms(memdecay_sequence* sequence, const float* norms,
+                                                                   size_t count, double total, size_t* refreshed);
 /* Observes the attention estimated from `query` and the digests (summing to `total`: 1 for a mean over heads). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query,
                                                                size_t query_count, memdecay_query_signal signal,

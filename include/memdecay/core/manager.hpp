@@ -64,6 +64,7 @@
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/core/eviction.hpp"
+#include "memdecay/core/executor.hpp"
 #include "memdecay/page_tables/page_table.hpp"
 #include "memdecay/core/sequence_rules.hpp"
 #include "memdecay/core/policy.hpp"
@@ -291,18 +292,64 @@ class basic_manager {
   /// Moves the manager's and every sequence's clock to `step` and ends the protections of the last step.
   /// input_error, changing nothing, if the manager or any sequence is already past `step`.
   void advance_to(step_t step) {
-    if (step < now_)
-      detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
-                          ") but the manager is at step " + detail::to_text(now_));
-    for (const auto& [id, e] : entries_)
-      if (e.seq->now() > step)
-        detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
-                            ") but sequence " + detail::to_text(id) + " is at step " + detail::to_text(e.seq->now()));
+    check_clock(step);
     now_ = step;
     for (auto& [id, e] : entries_) {
       e.seq->advance_to(step);
       e.protected_origins.clear();
     }
+  }
+  /// advance_to(step) with the sequences' clocks moved on the executor's threads (an exp-free MemDecay sequence
+  /// rebases its weights now and then, O(tokens)). The same result for every executor (core/executor.hpp).
+  template <executor Exec>
+  void advance_to(step_t step, Exec&& exec) {
+    check_clock(step);
+    now_ = step;
+    const auto all = entry_list();
+    detail::run_all(exec, all.size(), [&](std::size_t i) {
+      all[i]->seq->advance_to(step);  // cannot go backwards: checked above
+      all[i]->protected_origins.clear();
+    });
+  }
+
+  // --- a batch of observations (one engine step) ---------------------------------------------------------------
+  /// One sequence's observation in a batch: per-token mass over its resident tokens, as observe_tokens takes it.
+  struct observation {
+    SequenceId id;
+    std::span<const float_type> mass;
+  };
+  /// observe_tokens for every sequence of the batch, on the executor's threads (core/executor.hpp), one task per
+  /// sequence; returns what each returned, in batch order. Every observation is checked before any is applied:
+  /// usage_error for a sequence that is not open or is named twice, input_error naming the sequence for a bad
+  /// mass (the one of the earliest bad entry), and then nothing has changed. The sequences are independent, so
+  /// the result is the same for any executor and thread count (ManagerBatch.SameResultForEveryThreadCount).
+  template <executor Exec = inline_executor>
+  std::vector<std::size_t> observe_batch(std::span<const observation> batch, Exec&& exec = Exec{}) {
+    std::vector<sequence_type*> seqs;
+    seqs.reserve(batch.size());
+    for (const auto& o : batch) seqs.push_back(find_entry(o.id, "observe_batch")->second.seq.get());
+    std::vector<SequenceId> ids;
+    ids.reserve(batch.size());
+    for (const auto& o : batch) ids.push_back(o.id);
+    std::sort(ids.begin(), ids.end());
+    if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+      detail::raise_usage("observe_batch: sequence " + detail::to_text(*twice) + " is named twice");
+    detail::run_all(exec, batch.size(), [&](std::size_t i) {
+#if MEMDECAY_HAS_EXCEPTIONS
+      try {
+        seqs[i]->check_observe_tokens(batch[i].mass);
+      } catch (const input_error& e) {
+        std::string_view why = e.what();
+        if (why.starts_with(detail::input_error_prefix)) why.remove_prefix(detail::input_error_prefix.size());
+        detail::raise_input("observe_batch: sequence " + detail::to_text(batch[i].id) + ": " + std::string(why));
+      }
+#else
+      seqs[i]->check_observe_tokens(batch[i].mass);
+#endif
+    });
+    std::vector<std::size_t> refreshed(batch.size());
+    detail::run_all(exec, batch.size(), [&](std::size_t i) { refreshed[i] = seqs[i]->observe_checked(batch[i].mass); });
+    return refreshed;
   }
   /// Protects logical pages of `id` until the next advance_to() (or clear_protections()): pages that in-flight or
   /// speculative tokens still read. usage_error for an unknown sequence, input_error for a page that does not
@@ -406,35 +453,54 @@ class basic_manager {
   /// needs at least this many blocks back now (say, to admit a request); the plan frees at least that many in
   /// all (the budgets' victims count), or says in pages_short how many it could not find. When both the global
   /// budget and the request ask for more, the larger need wins and names the reason.
-  [[nodiscard]] global_plan_type select_global(std::size_t pages_to_free = 0) const {
+  ///
+  /// `exec` (core/executor.hpp) runs the per-sequence work (each sequence's own plan and its candidates for the
+  /// global budget) on the engine's threads; the global choice then looks at each sequence's best candidates only.
+  /// The plan is the same for every executor and thread count.
+  template <executor Exec = inline_executor>
+  [[nodiscard]] global_plan_type select_global(std::size_t pages_to_free = 0, Exec&& exec = Exec{}) const {
     global_plan_type out;
-    std::vector<candidate> pool;
     std::vector<candidate> order;  // every victim's key in the total order, aligned with out.victims
     std::map<SequenceId, std::vector<std::size_t>> chosen;  // per sequence, pages the first pass took
-    std::size_t reclaimable = 0;
 
-    // Pass 1: each sequence's own budget. Also gathers the candidates of pass 2.
+    // Pass 1, a task per sequence: its own budget's plan and its reclaimable pages.
+    struct own_pass {
+      SequenceId id{};
+      std::vector<std::size_t> protect;
+      plan_type plan;
+      std::vector<std::uint8_t> shared;  // per victim of `plan`
+      std::size_t reclaimable = 0;
+      std::vector<candidate> candidates;  // pass 2's
+    };
+    std::vector<own_pass> passes(entries_.size());
+    std::vector<const entry*> all;
+    all.reserve(entries_.size());
     for (const auto& [id, e] : entries_) {
-      const auto protect = protected_pages(id);
-      const auto plan = e.seq->select_for_budget(protect);
-      const auto scores = e.seq->page_scores();
-      const auto status = e.seq->page_statuses(protect);
+      passes[all.size()].id = id;
+      all.push_back(&e);
+    }
+    detail::run_all(exec, all.size(), [&](std::size_t i) {
+      const entry& e = *all[i];
+      own_pass& r = passes[i];
+      r.protect = protected_pages(r.id);
+      r.plan = e.seq->select_for_budget(r.protect);
       const auto origins = e.seq->state().page_origins();
-      auto& taken = chosen[id];
-      taken = plan.pages;
-      for (std::size_t k = 0; k < plan.pages.size(); ++k) {
-        const std::size_t p = plan.pages[k];
-        const bool shared = shares_memory(e, origins[p]);
-        out.victims.push_back({id, p, plan.scores[k], shared, eviction_reason::sequence_budget});
-        order.push_back({plan.scores[k], tie_rank(id, origins[p]), id, p});
-        if (!shared) ++out.pages_freed;
-      }
-      for (std::size_t p = 0; p < scores.size(); ++p) {
-        const bool shared = shares_memory(e, origins[p]);
-        if (!shared) ++reclaimable;
-        if (status[p] == page_status::evictable && !shared &&
-            !std::binary_search(plan.pages.begin(), plan.pages.end(), p))
-          pool.push_back({scores[p], tie_rank(id, origins[p]), id, p});
+      for (std::size_t p : r.plan.pages) r.shared.push_back(shares_memory(e, origins[p]) ? 1 : 0);
+      r.reclaimable = e.seq->num_pages();
+      if (!e.shared.empty())
+        for (std::size_t p = 0; p < origins.size(); ++p) r.reclaimable -= shares_memory(e, origins[p]) ? 1 : 0;
+    });
+    std::size_t reclaimable = 0;
+    for (auto& r : passes) {
+      reclaimable += r.reclaimable;
+      auto& taken = chosen[r.id];
+      taken = r.plan.pages;
+      const auto origins = at(r.id).state().page_origins();
+      for (std::size_t k = 0; k < r.plan.pages.size(); ++k) {
+        const std::size_t p = r.plan.pages[k];
+        out.victims.push_back({r.id, p, r.plan.scores[k], r.shared[k] != 0, eviction_reason::sequence_budget});
+        order.push_back({r.plan.scores[k], tie_rank(r.id, origins[p]), r.id, p});
+        if (!r.shared[k]) ++out.pages_freed;
       }
     }
 
@@ -447,6 +513,41 @@ class basic_manager {
     const std::size_t need = std::max(budget_need, request_need);
     const eviction_reason reason =
         budget_need >= request_need ? eviction_reason::global_budget : eviction_reason::requested;
+    // Only a sequence's `need` best candidates (evictable, not shared, not taken by its own budget) can be among
+    // the `need` best of all. A task per sequence finds them: the `need` lowest scores by the fast selection,
+    // then every candidate that scores no more than the highest of those (the global order breaks ties by a hash,
+    // not the page index), ordered by the global key and cut to `need`. Then the few that are left are ordered.
+    if (need > 0)
+      detail::run_all(exec, passes.size(), [&](std::size_t i) {
+        const entry& e = *all[i];
+        own_pass& r = passes[i];
+        std::vector<float_type> buffer;
+        const auto scores = scores_of(*e.seq, buffer);
+        auto status = e.seq->page_statuses(r.protect);
+        const auto origins = e.seq->state().page_origins();
+        for (std::size_t p : r.plan.pages) status[p] = page_status::protected_;
+        if (!e.shared.empty())
+          for (std::size_t p = 0; p < status.size(); ++p)
+            if (shares_memory(e, origins[p])) status[p] = page_status::protected_;
+        // The sampled threshold pays off from a few hundred pages when `need` is small next to them.
+        const auto lowest = simd::select_lowest_pages_fast<float_type>(scores, status, need, {.min_pages = 128});
+        if (lowest.empty()) return;
+        float_type bar = scores[lowest.front()];
+        for (std::size_t p : lowest) bar = std::max(bar, scores[p]);
+        for (std::size_t p = 0; p < scores.size(); ++p)
+          if (status[p] == page_status::evictable && scores[p] <= bar)
+            r.candidates.push_back({scores[p], tie_rank(r.id, origins[p]), r.id, p});
+        if (r.candidates.size() > need) {
+          std::nth_element(r.candidates.begin(), r.candidates.begin() + static_cast<std::ptrdiff_t>(need),
+                           r.candidates.end());
+          r.candidates.resize(need);
+        }
+      });
+    std::vector<candidate> pool;
+    std::size_t kept = 0;
+    for (const auto& r : passes) kept += r.candidates.size();
+    pool.reserve(kept);
+    for (const auto& r : passes) pool.insert(pool.end(), r.candidates.begin(), r.candidates.end());
     const std::size_t take = std::min(need, pool.size());
     std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(take), pool.end());
     for (std::size_t k = 0; k < take; ++k) {
@@ -596,6 +697,32 @@ class basic_manager {
     }
   };
   using map_type = std::map<SequenceId, entry>;
+
+  void check_clock(step_t step) const {
+    if (step < now_)
+      detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
+                          ") but the manager is at step " + detail::to_text(now_));
+    for (const auto& [id, e] : entries_)
+      if (e.seq->now() > step)
+        detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +
+                            ") but sequence " + detail::to_text(id) + " is at step " + detail::to_text(e.seq->now()));
+  }
+  // A sequence's page scores, without a copy where it keeps them (basic_sequence::current_page_scores).
+  static std::span<const float_type> scores_of(const sequence_type& seq, std::vector<float_type>& buffer) {
+    if constexpr (requires { seq.current_page_scores(buffer); }) {
+      return seq.current_page_scores(buffer);
+    } else {
+      buffer = seq.page_scores();
+      return buffer;
+    }
+  }
+  // Every entry in id order: the tasks of a parallel pass index it.
+  std::vector<entry*> entry_list() {
+    std::vector<entry*> out;
+    out.reserve(entries_.size());
+    for (auto& [id, e] : entries_) out.push_back(&e);
+    return out;
+  }
 
   static std::uint64_t tie_rank(SequenceId id, std::uint64_t origin) noexcept {
     return policy_support::splitmix64(policy_support::splitmix64(static_cast<std::uint64_t>(id)) ^ origin);

@@ -26,6 +26,7 @@
 #define MEMDECAY_CORE_SEQUENCE_HPP
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -42,6 +43,7 @@
 #include <Eigen/Core>
 
 #include "memdecay/core/attention.hpp"
+#include "memdecay/core/attention_rows.hpp"
 #include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/digests/key_norm_signal.hpp"
@@ -55,6 +57,7 @@
 #include "memdecay/core/policy.hpp"
 #include "memdecay/core/region.hpp"
 #include "memdecay/core/sequence_state.hpp"
+#include "memdecay/simd/reduce_rows.hpp"
 #include "memdecay/simd/select.hpp"
 #include "memdecay/detail/undo.hpp"
 #include "memdecay/tiers/host_store.hpp"
@@ -268,6 +271,17 @@ class basic_sequence {
       validate_mass(mass, device_len(), "per-token attention");
       return observe_held(expand_device(mass));
     }
+    check_observe_tokens(mass);
+    return apply(mass);
+  }
+  /// Throws what observe_tokens(mass) would throw, and changes nothing (basic_manager::observe_batch checks a whole
+  /// batch before it applies any of it).
+  void check_observe_tokens(std::span<const Float> mass) const {
+    if (hosting()) {
+      validate_mass(mass, device_len(), "per-token attention");
+      policy_.check_observation(view(), std::span<const Float>(expand_device(mass)));
+      return;
+    }
     const auto v = view();
     bool valid = false;
     if constexpr (prevalidating_policy<policy_type>)
@@ -276,7 +290,45 @@ class basic_sequence {
       validate_mass(mass, kv_len(), "per-token attention");
       policy_.check_observation(v, mass);
     }
-    return apply(mass);
+  }
+  /// Observes attention as the engine's kernel wrote it (core/attention_rows.hpp: float32, fp16 or bf16 rows,
+  /// heads x tokens with a leading dimension), reduced over the rows: the same as
+  /// observe_tokens(reduce_rows<Float>(rows)), bit for bit. How it reads them (measured, docs/performance.md):
+  /// one float32 row is observed in place; one fp16/bf16 row is widened a block at a time into the L1 cache,
+  /// checked in a first sweep and observed in a second (MemDecay, every normalisation but zscore), never as a
+  /// whole float copy; several rows are summed once, row by row, into one float vector (reading them twice would
+  /// cost more than that vector), checked in the same sweep, then observed. input_error, changing nothing, for a
+  /// token count other than the resident (device) tokens, an element that is not finite and >= 0 (naming its row
+  /// and token), or a reduced mass the policy cannot take.
+  std::size_t observe_rows(const attention_rows& rows) {
+    check_rows_shape(rows);
+    if constexpr (std::same_as<Float, float>)
+      if (rows.rows() == 1 && rows.format() == mass_format::f32)
+        return observe_tokens(std::span<const float>(rows.f32_row(0), rows.tokens()));
+    if (observes_rows_in_blocks() && rows.rows() == 1) {
+      check_rows_in_blocks(rows);
+      return apply_rows(rows);
+    }
+    std::vector<Float> mass(rows.tokens());
+    if constexpr (requires { policy_.observation_scale(view()); }) {
+      if (observes_rows_in_blocks()) {  // the same check as check_observe_tokens, in the reduction's sweep
+        reduce_checked(rows, 0, rows.tokens(), mass.data(), policy_.observation_scale(view()));
+        return apply(mass);
+      }
+    }
+    reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
+    return observe_tokens(std::span<const Float>(mass));
+  }
+  /// Throws what observe_rows(rows) would throw, and changes nothing.
+  void check_observe_rows(const attention_rows& rows) const {
+    check_rows_shape(rows);
+    if constexpr (std::same_as<Float, float>)
+      if (rows.rows() == 1 && rows.format() == mass_format::f32)
+        return check_observe_tokens(std::span<const float>(rows.f32_row(0), rows.tokens()));
+    if (observes_rows_in_blocks()) return check_rows_in_blocks(rows);
+    std::vector<Float> mass(rows.tokens());
+    reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
+    check_observe_tokens(std::span<const Float>(mass));
   }
   /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
   std::size_t observe_pages(std::span<const Float> page_mass) {
@@ -1003,6 +1055,75 @@ class basic_sequence {
     }
     if (tier_) tier_->resize(num_pages());  // within the capacity reserved above
   }
+  // observe_rows: whether the policy takes rows a block at a time and checks masses at one scale (MemDecay, not
+  // zscore, no host tier).
+  [[nodiscard]] bool observes_rows_in_blocks() const noexcept {
+    if constexpr (requires { policy_.observes_in_blocks(view()); })
+      return !hosting() && policy_.observes_in_blocks(view());
+    else
+      return false;
+  }
+  void check_rows_shape(const attention_rows& rows) const {
+    if (rows.tokens() != device_len())
+      detail::raise_input(std::string("attention rows (") + to_string(rows.format()) + ") have " +
+                          detail::to_text(rows.tokens()) + " tokens, expected " + detail::to_text(device_len()));
+  }
+  // Tokens [begin, begin + count) of `rows`, reduced, into out; if any is bad, the input_error of the whole rows
+  // (raise_rows_error), so that the message does not depend on how the rows were cut.
+  static void reduce_checked(const attention_rows& rows, std::size_t begin, std::size_t count, Float* out,
+                             Float scale) {
+    if constexpr (std::same_as<Float, float>) {
+      if (simd::reduce_rows_checked(rows, begin, count, out, scale)) return;
+    } else {
+      reduce_rows_reference<Float>(rows, begin, count, out);
+      bool elements_ok = true;
+      for (std::size_t t = begin; t < begin + count && elements_ok; ++t)
+        for (std::size_t r = 0; r < rows.rows(); ++r) elements_ok = elements_ok && rows.element(r, t) >= 0.0f &&
+                                                                    std::isfinite(rows.element(r, t));
+      if (elements_ok && std::all_of(out, out + count, [scale](Float m) { return std::isfinite(scale * m); }))
+        return;
+    }
+    raise_rows_error(rows, scale);
+  }
+  // The error of bad rows: the first element (in token order, then row order) that is not finite and >= 0; if
+  // there is none, the first token whose reduced mass times `scale` is not finite.
+  [[noreturn]] static void raise_rows_error(const attention_rows& rows, Float scale) {
+    check_row_elements(rows, 0, rows.tokens());
+    Float m{};
+    for (std::size_t t = 0; t < rows.tokens(); ++t) {
+      reduce_rows_reference<Float>(rows, t, 1, &m);
+      if (!std::isfinite(scale * m))
+        detail::raise_input(std::string("attention rows (") + to_string(rows.format()) + "): token " +
+                            detail::to_text(t) + " reduces to " + detail::to_text(m) +
+                            ", which is not finite once normalised (x " + detail::to_text(scale) + ")");
+    }
+    detail::raise_usage("attention rows: the check failed, but no element or reduced mass is bad");
+  }
+  // observe_rows's first sweep over one row, a block at a time into the cache (nothing is kept).
+  void check_rows_in_blocks(const attention_rows& rows) const {
+    if constexpr (requires { policy_type::observe_block_tokens; }) {
+      const Float scale = policy_.observation_scale(view());
+      alignas(64) std::array<Float, policy_type::observe_block_tokens> block;
+      for (std::size_t begin = 0; begin < rows.tokens(); begin += block.size())
+        reduce_checked(rows, begin, std::min(block.size(), rows.tokens() - begin), block.data(), scale);
+    }
+  }
+  // observe_rows of one row after check_rows_in_blocks passed: the policy takes it a block at a time.
+  std::size_t apply_rows(const attention_rows& rows) {
+    std::size_t refreshed = 0;
+    if constexpr (requires { policy_type::observe_block_tokens; }) {
+      refreshed = policy_.on_observe_blocks(view(), [&rows](std::size_t begin, std::size_t count, Float* out) {
+        if constexpr (std::same_as<Float, float>)
+          simd::reduce_rows(rows, begin, count, out);
+        else
+          reduce_rows_reference<Float>(rows, begin, count, out);
+      });
+      state_.touch();
+    }
+    return refreshed;
+  }
+  // basic_manager::observe_batch: an observation check_observe_tokens has passed (a managed sequence has no tier).
+  std::size_t observe_checked(std::span<const Float> mass) { return apply(mass); }
   std::size_t apply(std::span<const Float> mass) {
     const std::size_t refreshed = policy_.on_observe(view(), mass);
     state_.touch();

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS) || defined(_CPPUNWIND)
@@ -63,7 +64,11 @@ template <class Error>
 }
 
 [[noreturn]] inline void raise_config(const std::string& message) { raise<config_error>("invalid config: " + message); }
-[[noreturn]] inline void raise_input(const std::string& message) { raise<input_error>("invalid input: " + message); }
+/// What every input_error's message starts with (a caller that adds context to one strips it first).
+inline constexpr std::string_view input_error_prefix = "invalid input: ";
+[[noreturn]] inline void raise_input(const std::string& message) {
+  raise<input_error>(std::string(input_error_prefix) + message);
+}
 [[noreturn]] inline void raise_usage(const std::string& message) { raise<usage_error>("invalid use: " + message); }
 
 /// Formats a number for an error message without dragging <format> (not in g++ 12) or iostreams in.

@@ -203,29 +203,45 @@ class memdecay {
       return refreshed;
     }
     params_.scale = normalization_scale<Float>(mode_, view.kv_len());
-    if constexpr (simd::fused_observation_exact) {
-      // One sweep that also leaves the page scores (not for lifetime, whose attention
-      // term needs the observation count).
-      // (A copy of the policy may hold less capacity than reserve() left: then no cache, nothing allocated.)
-      if (mode_ != attention_normalization::lifetime && aggregation_ == page_aggregation::mean &&
-          scores_.capacity() >= view.num_pages()) {
-        scores_.resize(view.num_pages());  // within the capacity: cannot throw
-        const std::size_t refreshed =
-            expfree ? simd::observe_and_score_expfree(view.labels.data(), last_refresh_.data(), weights_.data(),
-                                                      ewma_.data(), mass.data(), view.kv_len(), view.page_size, clock_,
-                                                      params_, alpha_, scores_.data())
-                    : simd::observe_and_score(view.labels.data(), last_refresh_.data(), ewma_.data(), mass.data(),
-                                              view.kv_len(), view.page_size, view.now, params_, lut_, alpha_,
-                                              scores_.data());
-        scores_valid_ = true;
-        scores_step_ = view.now;
-        scores_tokens_ = view.kv_len();
-        return refreshed;
-      }
+    const bool fused = fuses_scores(view);
+    const std::size_t refreshed = observe_range(view, 0, view.kv_len(), mass.data(), expfree, fused);
+    if (fused) keep_scores(view);
+    return refreshed;
+  }
+
+  /// Tokens per block of on_observe_blocks: a buffer of this many masses stays in the L1 cache.
+  static constexpr std::size_t observe_block_tokens = 2048;
+  /// Whether on_observe_blocks takes an observation of `view`: every normalisation but zscore (whose moments need
+  /// the whole observation first), pages of at most observe_block_tokens.
+  [[nodiscard]] bool observes_in_blocks(const sequence_view& view) const noexcept {
+    return mode_ != attention_normalization::zscore && view.page_size <= observe_block_tokens;
+  }
+  /// The factor an observation is checked at (observation_is_valid): every mass times it must stay finite.
+  [[nodiscard]] Float observation_scale(const sequence_view& view) const noexcept {
+    return normalization_scale<Float>(mode_, view.kv_len());
+  }
+  /// on_observe(view, mass) with the mass handed over a block at a time: fill(begin, count, out) writes the masses
+  /// of tokens [begin, begin + count) to out (count <= observe_block_tokens; begin a multiple of the page size),
+  /// and the observation runs on them while they are in the cache. The same state, bit for bit, as on_observe of
+  /// the whole mass (every token's update is its own; a block ends on a page boundary, so each page score is one
+  /// block's). Only when observes_in_blocks(view); `fill` must not throw.
+  template <class Fill>
+  std::size_t on_observe_blocks(const sequence_view& view, Fill&& fill) noexcept {
+    ++observations_;
+    scores_valid_ = false;
+    const bool expfree = expfree_ && clock_.now() == view.now;
+    params_.scale = normalization_scale<Float>(mode_, view.kv_len());
+    const bool fused = fuses_scores(view);
+    const std::size_t n = view.kv_len();
+    const std::size_t block = observe_block_tokens / view.page_size * view.page_size;
+    alignas(64) std::array<Float, observe_block_tokens> buffer;
+    std::size_t refreshed = 0;
+    for (std::size_t begin = 0; begin < n; begin += block) {
+      const std::size_t count = std::min(block, n - begin);
+      fill(begin, count, buffer.data());
+      refreshed += observe_range(view, begin, count, buffer.data(), expfree, fused);
     }
-    const std::size_t refreshed = observe_tokens_reference<Float>(
-        std::span<Float>(ewma_), std::span<step_t>(last_refresh_), mass, view.now, params_);
-    if (expfree) simd::sync_weights(view.labels.data(), last_refresh_.data(), view.kv_len(), clock_, weights_.data());
+    if (fused) keep_scores(view);
     return refreshed;
   }
   void on_remove(const sequence_view& view, std::span<const std::size_t> pages) noexcept {
@@ -339,6 +355,47 @@ class memdecay {
   }
 
  private:
+  // Whether an observation also leaves the page scores (one sweep of the fused kernels): where the isa fuses
+  // multiply-adds, not for lifetime (its attention term needs the observation count) nor max pages, and only
+  // within the cache's capacity (a copy of the policy may hold less than reserve() left: then nothing allocates).
+  [[nodiscard]] bool fuses_scores([[maybe_unused]] const sequence_view& view) noexcept {
+    if constexpr (simd::fused_observation_exact) {
+      if (mode_ != attention_normalization::lifetime && aggregation_ == page_aggregation::mean &&
+          scores_.capacity() >= view.num_pages()) {
+        scores_.resize(view.num_pages());  // within the capacity: cannot throw
+        return true;
+      }
+    }
+    return false;
+  }
+  void keep_scores(const sequence_view& view) noexcept {
+    scores_valid_ = true;
+    scores_step_ = view.now;
+    scores_tokens_ = view.kv_len();
+  }
+  // The observation of tokens [begin, begin + count) (begin on a page boundary), params_.scale already set.
+  std::size_t observe_range(const sequence_view& view, std::size_t begin, std::size_t count, const Float* mass,
+                            bool expfree, [[maybe_unused]] bool fused) noexcept {
+    if constexpr (simd::fused_observation_exact) {
+      if (fused) {
+        Float* scores = scores_.data() + begin / view.page_size;
+        return expfree ? simd::observe_and_score_expfree(view.labels.data() + begin, last_refresh_.data() + begin,
+                                                         weights_.data() + begin, ewma_.data() + begin, mass, count,
+                                                         view.page_size, clock_, params_, alpha_, scores)
+                       : simd::observe_and_score(view.labels.data() + begin, last_refresh_.data() + begin,
+                                                 ewma_.data() + begin, mass, count, view.page_size, view.now,
+                                                 params_, lut_, alpha_, scores);
+      }
+    }
+    const std::size_t refreshed = observe_tokens_reference<Float>(std::span<Float>(ewma_).subspan(begin, count),
+                                                                  std::span<step_t>(last_refresh_).subspan(begin, count),
+                                                                  std::span<const Float>(mass, count), view.now, params_);
+    if (expfree)
+      simd::sync_weights(view.labels.data() + begin, last_refresh_.data() + begin, count, clock_,
+                         weights_.data() + begin);
+    return refreshed;
+  }
+
   /// out[p] = mean over page p of b_r exp(-lambda_r dt) + alpha a, with a from `attended` (per token): the
   /// exp-free kernel while its clock is at view.now, else the polynomial one.
   void score(const sequence_view& view, const Float* attended, std::span<Float> out) const noexcept {

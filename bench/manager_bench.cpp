@@ -1,0 +1,104 @@
+// One engine step for a batch of sequences through the manager, on T threads (core/executor.hpp):
+//   manager/step/<S>x<T>/<threads>     advance_to(step, exec) + observe_batch (every sequence's attention, exp-free
+//                                      MemDecay, uniform normalisation) + select_global(0, exec) under a global
+//                                      budget 32 pages below the resident pages (the global choice evicts 32 pages
+//                                      every step); no commit, so every iteration sees the same state. threads = 1 is the
+//                                      inline executor, more a thread_pool of that size (the caller included).
+//   manager/observe_one/<T>            one sequence's advance_to + observe_tokens: the per-sequence cost the
+//                                      scaling model in docs/performance.md multiplies.
+// Items are resident tokens per step.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <memdecay/core/executor.hpp>
+#include <memdecay/core/manager.hpp>
+
+namespace md = memdecay;
+
+namespace {
+
+struct batch_world {
+  std::unique_ptr<md::manager> mgr;
+  std::vector<std::vector<float>> masses;
+  std::vector<md::manager::observation> batch;
+  md::step_t step = 0;
+
+  batch_world(std::size_t sequences, std::size_t tokens) {
+    const std::size_t pages = sequences * tokens / 16;
+    mgr = std::make_unique<md::manager>(
+        md::manager_config{.page_size = 16, .global = md::global_budget::pages(pages - 32)});
+    std::mt19937_64 rng(42);
+    for (std::uint64_t id = 0; id < sequences; ++id) {
+      auto& s = mgr->open(id, md::config{.page_size = 16, .normalization = md::attention_normalization::uniform});
+      std::vector<md::region_id> labels(tokens);
+      for (auto& l : labels) l = static_cast<md::region_id>(1 + rng() % 6);
+      labels[0] = md::regions::system;
+      s.append_tokens(labels);
+      auto& m = masses.emplace_back(tokens);
+      for (auto& x : m) x = static_cast<float>(rng() % 1000) / (500.0f * static_cast<float>(tokens));
+    }
+    for (std::uint64_t id = 0; id < sequences; ++id) batch.push_back({id, masses[id]});
+  }
+};
+
+batch_world& world_of(std::size_t sequences, std::size_t tokens) {
+  static std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<batch_world>> built;
+  auto& w = built[{sequences, tokens}];
+  if (!w) w = std::make_unique<batch_world>(sequences, tokens);
+  return *w;
+}
+
+template <class Exec>
+void step_loop(benchmark::State& st, batch_world& w, Exec& exec, std::size_t tokens) {
+  for (auto _ : st) {
+    w.mgr->advance_to(++w.step, exec);
+    benchmark::DoNotOptimize(w.mgr->observe_batch(w.batch, exec).data());
+    const auto plan = w.mgr->select_global(0, exec);
+    benchmark::DoNotOptimize(plan.victims.data());
+  }
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(tokens));
+}
+
+void step(benchmark::State& st, std::size_t sequences, std::size_t tokens) {
+  auto& w = world_of(sequences, tokens);
+  const auto threads = static_cast<std::size_t>(st.range(0));
+  if (threads == 1) {
+    md::inline_executor exec;
+    step_loop(st, w, exec, sequences * tokens);
+  } else {
+    md::thread_pool pool(threads);
+    step_loop(st, w, pool, sequences * tokens);
+  }
+}
+
+void observe_one(benchmark::State& st) {
+  const auto tokens = static_cast<std::size_t>(st.range(0));
+  auto& w = world_of(1, tokens);
+  auto& seq = w.mgr->at(0);
+  for (auto _ : st) {
+    w.mgr->advance_to(++w.step);
+    benchmark::DoNotOptimize(seq.observe_tokens(w.masses[0]));
+  }
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(tokens));
+}
+
+const int registered = [] {
+  for (auto [s, t] : {std::pair<std::size_t, std::size_t>{64, 16384}, {256, 4096}}) {
+    const std::string name = "manager/step/" + std::to_string(s) + "x" + std::to_string(t);
+    benchmark::RegisterBenchmark(name.c_str(), [s = s, t = t](benchmark::State& st) { step(st, s, t); })
+        ->Arg(1)
+        ->Arg(2)
+        ->Arg(4)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("manager/observe_one", observe_one)->Arg(4096)->Arg(16384)->Unit(benchmark::kMicrosecond);
+  return 0;
+}();
+
+}  // namespace
