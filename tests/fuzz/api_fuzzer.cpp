@@ -185,7 +185,12 @@ class harness {
         case 5:
         case 6: op_observe_tokens(in); break;
         case 7: op_observe_pages(in); break;
-        case 8: op_observe_heads(in); break;
+        case 8:
+          if (in.flip(2))
+            op_observe_rows(in);
+          else
+            op_observe_heads(in);
+          break;
         case 9:
         case 10: op_select_for_budget(in); break;
         case 11: op_select(in); break;
@@ -485,6 +490,64 @@ class harness {
         [&] { (void)seq_.observe_heads(mat, mean ? memdecay::head_reduction::mean : memdecay::head_reduction::sum); });
     expect(got, want, "observe_heads(" + std::to_string(heads) + "x" + std::to_string(cols) + ")");
     check_unchanged_if_rejected(got, before, "observe_heads");
+  }
+
+  /// observe_rows on 1-3 rows of f32, f16 or bf16 with 0-3 elements of padding per row (a leading dimension):
+  /// exactly the model's observe_tokens of the widened rows summed in row order (times 1 / rows for a mean), or an
+  /// input_error, changing nothing, for a buffer shorter than the shape, a token count other than kv_len, or an
+  /// element that is not finite and >= 0 (also one the sum would hide).
+  void op_observe_rows(reader& in) {
+    const std::size_t rows = 1 + in.u8() % 3;
+    const auto format = static_cast<memdecay::mass_format>(in.u8() % 3);
+    const auto hf = format == memdecay::mass_format::f16 ? memdecay::half_format::f16 : memdecay::half_format::bf16;
+    const std::size_t pad = in.u8() % 4;
+    const bool mean = in.flip(2);
+    const std::size_t tokens = m_.kv_len() + (in.flip(16) ? 1 : 0);
+    const bool short_buffer = in.flip(16) && tokens > 0;  // rows of no tokens read nothing: any buffer holds them
+    const std::size_t stride = tokens + pad;
+    std::vector<float> f32(rows * stride, 0.0f);
+    std::vector<std::uint16_t> half(rows * stride, 0);
+    std::vector<Float> reduced(tokens, Float{0});
+    bool elements_ok = true;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto row = mass_vector(in, tokens);
+      for (std::size_t c = 0; c < tokens; ++c) {
+        const float v = static_cast<float>(c < row.size() ? row[c] : Float{0});
+        float w = v;  // the element as the library reads it back
+        if (format == memdecay::mass_format::f32) {
+          f32[r * stride + c] = v;
+        } else {
+          half[r * stride + c] = memdecay::simd::float_to_half(v, hf);
+          w = memdecay::simd::half_to_float(half[r * stride + c], hf);
+        }
+        elements_ok = elements_ok && std::isfinite(w) && w >= 0.0f;
+        reduced[c] = r == 0 ? static_cast<Float>(w) : reduced[c] + static_cast<Float>(w);
+      }
+    }
+    if (mean)
+      for (auto& x : reduced) x = x * (Float{1} / static_cast<Float>(rows));
+    const std::size_t elements = rows * stride - (short_buffer ? pad + 1 : 0);
+    const auto how = mean ? memdecay::head_reduction::mean : memdecay::head_reduction::sum;
+    const auto before = snap();
+    std::size_t want_refreshed = 0;
+    for (Float m : reduced) want_refreshed += m_.scale() * m > m_.tau ? 1 : 0;
+    const outcome want = short_buffer || tokens != m_.kv_len() || !elements_ok ? outcome::input_error
+                                                                                 : m_.observe_tokens(reduced);
+    std::size_t refreshed = 0;
+    const outcome got = run_call([&] {
+      const auto view =
+          format == memdecay::mass_format::f32
+              ? memdecay::attention_rows(std::span<const float>(f32.data(), elements), rows, tokens, stride, how)
+              : memdecay::attention_rows(std::span<const std::uint16_t>(half.data(), elements), hf, rows, tokens,
+                                         stride, how);
+      refreshed = seq_.observe_rows(view);
+    });
+    expect(got, want,
+           "observe_rows(" + std::to_string(rows) + "x" + std::to_string(tokens) + " " +
+               memdecay::to_string(format) + ", stride " + std::to_string(stride) + ", " +
+               std::to_string(elements) + " elements)");
+    check_unchanged_if_rejected(got, before, "observe_rows");
+    if (got == outcome::ok) FUZZ_CHECK(refreshed == want_refreshed, "observe_rows: refreshed count");
   }
 
   /// Checks a plan: exactly the model's selection rule applied to the library's page scores, and consistent with
