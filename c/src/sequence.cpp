@@ -406,6 +406,33 @@ memdecay_status memdecay_sequence_commit_recall(memdecay_sequence* sequence, con
   return on_sequence(sequence, [&](sequence_handle& s) { s.commit_recall(require(plan, "plan")->plan); });
 }
 
+memdecay_status memdecay_sequence_commit_recall_to_pool(memdecay_sequence* sequence, const memdecay_recall_plan* plan,
+                                                       memdecay_table* pool, uint64_t row, int32_t* inserted,
+                                                       size_t capacity, size_t* num_inserted,
+                                                       memdecay_removal** removal) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const md::recall_plan& p = require(plan, "plan")->plan;
+    auto* blocks = std::get_if<pool_type>(&require(pool, "pool")->table);
+    if (blocks == nullptr)
+      raise(MEMDECAY_INVALID_ARGUMENT, "pool: a block pool is needed (the table that can insert the promoted pages)");
+    if (p.promote.size() > 0 && inserted == nullptr)
+      raise(MEMDECAY_INVALID_ARGUMENT, "inserted is NULL for " + std::to_string(p.promote.size()) + " promotions");
+    if (capacity < p.promote.size())
+      raise(MEMDECAY_BUFFER_TOO_SMALL, "inserted: " + std::to_string(p.promote.size()) + " needed, capacity " +
+                                           std::to_string(capacity));
+    // Everything that can fail for lack of memory comes before the commit.
+    std::unique_ptr<memdecay_removal> out;
+    if (removal) out = std::make_unique<memdecay_removal>();
+    auto done = s.commit_recall(p, *blocks, row);
+    std::copy(done.inserted.begin(), done.inserted.end(), inserted);
+    if (num_inserted) *num_inserted = done.inserted.size();
+    if (out) {
+      out->removal = std::move(done.removed);
+      *removal = out.release();
+    }
+  });
+}
+
 memdecay_recall_plan_view memdecay_recall_plan_get(const memdecay_recall_plan* plan) {
   if (!plan) return memdecay_recall_plan_view{};
   const md::recall_plan& p = plan->plan;

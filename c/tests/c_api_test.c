@@ -404,6 +404,72 @@ static void test_host_tier(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* A recall through a block pool: the demoted pages leave the pool at the tiered commit, the promoted page gets a fresh
+ * block at its place; a short `inserted` buffer or a table that is not a pool changes nothing. */
+static void test_recall_through_a_pool(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  memdecay_table* pool = NULL;
+  memdecay_plan* plan = NULL;
+  memdecay_recall_plan* recall = NULL;
+  memdecay_removal* removal = NULL;
+  memdecay_host_tier_config tier = memdecay_host_tier_config_default();
+  memdecay_recall_plan_view rv;
+  float keys[16 * 2], query[2] = {0.0f, 1.0f};
+  uint8_t flags[16];
+  int32_t inserted[4], blocks[32];
+  size_t i, p, count = 0, host = 0, free_blocks = 0, num_inserted = 0, num_blocks = 0;
+  uint64_t before;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, 8, NAN));
+  seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16, budget 8 pages */
+  CHECK_OK(memdecay_block_pool_create(20, 16, &pool));
+  CHECK_OK(memdecay_block_pool_open(pool, 7));
+  CHECK_OK(memdecay_block_pool_append_tokens(pool, 7, 256));
+  CHECK_OK(memdecay_sequence_enable_digests(seq, 1, 2, 1, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F32, 0.0));
+  for (p = 0; p < 16; ++p) {
+    for (i = 0; i < 16; ++i) {
+      keys[2 * i] = 1.0f;
+      keys[2 * i + 1] = 0.1f * (float)p;
+    }
+    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 32));
+  }
+  tier.host_budget_unit = MEMDECAY_BUDGET_PAGES;
+  tier.host_budget = 6;
+  tier.max_recall_pages = 1;
+  CHECK_OK(memdecay_sequence_enable_host_tier(seq, &tier));
+  CHECK_OK(memdecay_sequence_select_for_budget(seq, NULL, 0, &plan));
+  CHECK_OK(memdecay_sequence_commit_to_table(seq, plan, pool, 7, NULL)); /* 8 leave the pool: 6 to host, 2 dropped */
+  memdecay_plan_destroy(plan);
+  CHECK_OK(memdecay_block_pool_free_blocks(pool, &free_blocks));
+  CHECK(free_blocks == 20 - 8);
+  CHECK_OK(memdecay_sequence_on_host(seq, flags, 16, &count));
+  for (p = 0; p < count; ++p)
+    if (flags[p]) host = p;
+  for (i = 0; i < 16; ++i) keys[2 * i + 1] = 50.0f;
+  CHECK_OK(memdecay_sequence_set_page_keys(seq, host, keys, 32));
+  CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.num_demote + rv.num_drop == 1);
+  before = digest_of(seq);
+  CHECK_FAILS(memdecay_sequence_commit_recall_to_pool(seq, recall, pool, 7, inserted, 0, &num_inserted, NULL),
+              MEMDECAY_BUFFER_TOO_SMALL, "1 needed");
+  CHECK(digest_of(seq) == before);
+  CHECK_OK(memdecay_sequence_commit_recall_to_pool(seq, recall, pool, 7, inserted, 4, &num_inserted, &removal));
+  CHECK(num_inserted == 1 && memdecay_removal_get(removal).num_removed == 1);
+  CHECK_OK(memdecay_block_pool_blocks(pool, 7, blocks, 32, &num_blocks));
+  CHECK(num_blocks == 8); /* 8 device pages, the recalled one among them at its place */
+  CHECK_OK(memdecay_sequence_device_index(seq, host, &i));
+  CHECK(blocks[i] == inserted[0]);
+  CHECK_FAILS(memdecay_sequence_commit_recall_to_pool(seq, recall, pool, 7, inserted, 4, NULL, NULL),
+              MEMDECAY_USAGE_ERROR, "stale");
+  memdecay_removal_destroy(removal);
+  memdecay_recall_plan_destroy(recall);
+  memdecay_table_destroy(pool);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 struct removal_log {
   size_t calls;
   size_t pages[64];
@@ -809,6 +875,7 @@ int main(int argc, char** argv) {
   test_mean_keys_and_key_norms();
   test_digests();
   test_host_tier();
+  test_recall_through_a_pool();
   test_commits();
   test_snapshots();
   test_tables();

@@ -430,6 +430,16 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_for_bounds(const 
  * engine has copied them and updated its table). MEMDECAY_USAGE_ERROR for a stale plan. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_commit_recall(memdecay_sequence* sequence,
                                                                const memdecay_recall_plan* plan);
+/* Phase 2 through a block pool (memdecay_block_pool_create; its row `row` is this sequence): the displaced device
+ * pages leave the pool, the promoted pages get fresh blocks at their places (a full pool swaps: the removal first).
+ * `inserted` receives the new blocks in page order (capacity >= the plan's num_promote, checked before anything
+ * changes; *num_inserted may be NULL), *removal (may be NULL) what the pool removed. Nothing changes on any error. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_commit_recall_to_pool(memdecay_sequence* sequence,
+                                                                       const memdecay_recall_plan* plan,
+                                                                       memdecay_table* pool, uint64_t row,
+                                                                       int32_t* inserted, size_t capacity,
+                                                                       size_t* num_inserted,
+                                                                       memdecay_removal** removal);
 typedef struct memdecay_recall_plan_view {
   const size_t* promote; /* host pages, ascending */
   const float* promote_bounds;
