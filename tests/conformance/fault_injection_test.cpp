@@ -188,6 +188,53 @@ struct tiered_engine {
   }
 };
 
+// One sequence's table call (`call(seq, table)`: a commit or a recall commit) on a fresh world (`build(seq, pool)`,
+// sequence 0 of a pool of `blocks` blocks) with the table failing at its k-th call, for every k and every fault
+// mode: a call that throws leaves the sequence and the table (and the pool's own accounting) as they were, and the
+// same call then succeeds and leaves what the fault-free run left. Returns how many runs threw.
+template <class Seq, class Build, class Call>
+std::size_t expect_every_table_fault_changes_nothing(const md::config& cfg, const typename Seq::params_type& params,
+                                                     std::size_t blocks, Build build, Call call) {
+  Seq ref(cfg, params);
+  md::block_pool<> ref_pool(blocks, page);
+  build(ref, ref_pool);
+  faulty_table counting(ref_pool);
+  counting.fail(std::nullopt, fault_mode::engine_error);
+  call(ref, counting);
+  const std::size_t calls = counting.calls();
+  const auto after = ref.digest();
+  const auto table_after = fingerprint(ref_pool, {0});
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      Seq seq(cfg, params);
+      md::block_pool<> pool(blocks, page);
+      build(seq, pool);
+      const auto digest = seq.digest();
+      const auto table = fingerprint(pool, {0});
+      faulty_table ft(pool);
+      ft.fail(k, mode);
+      bool threw = false;
+      try {
+        call(seq, ft);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      EXPECT_EQ(threw, ft.fired());
+      if (!threw) continue;
+      ++fired;
+      EXPECT_EQ(seq.digest(), digest);
+      EXPECT_EQ(fingerprint(pool, {0}), table);
+      EXPECT_TRUE(pool.consistent());
+      ft.fail(std::nullopt, mode);
+      call(seq, ft);
+      EXPECT_EQ(seq.digest(), after);
+      EXPECT_EQ(fingerprint(pool, {0}), table_after);
+    }
+  return fired;
+}
+
 }  // namespace
 
 template <class Case>
@@ -255,42 +302,17 @@ TYPED_TEST(FaultInjection, ASequenceCommitThatFailsAtAnyTableCallChangesNothing)
   };
   md::config cfg = config_of<TypeParam>();
   cfg.budget = md::budget_config::tokens(16, 12);
-  seq_t ref(cfg, TypeParam::template params<float>());
-  md::block_pool<> ref_pool(128, page);
-  build(ref, ref_pool);
-  const auto plan = ref.select_for_budget();
-  ASSERT_FALSE(plan.pages.empty());
-  faulty_table counting(ref_pool);
-  counting.fail(std::nullopt, fault_mode::engine_error);
-  (void)ref.commit(plan, counting, 0);
-  const std::size_t calls = counting.calls();
-  const auto after = ref.digest();
-  const auto table_after = fingerprint(ref_pool, {0});
-  for (fault_mode mode : fault_injection::all_modes)
-    for (std::size_t k = 0; k < calls; ++k) {
-      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
-      seq_t seq(cfg, TypeParam::template params<float>());
-      md::block_pool<> pool(128, page);
-      build(seq, pool);
-      const auto digest = seq.digest();
-      const auto table = fingerprint(pool, {0});
-      faulty_table ft(pool);
-      ft.fail(k, mode);
-      bool threw = false;
-      try {
-        (void)seq.commit(plan, ft, 0);
-      } catch (const std::exception&) {
-        threw = true;
-      }
-      ASSERT_EQ(threw, ft.fired());
-      if (!threw) continue;
-      ASSERT_EQ(seq.digest(), digest);
-      ASSERT_EQ(fingerprint(pool, {0}), table);
-      ft.fail(std::nullopt, mode);
-      (void)seq.commit(plan, ft, 0);
-      ASSERT_EQ(seq.digest(), after);
-      ASSERT_EQ(fingerprint(pool, {0}), table_after);
+  std::optional<typename seq_t::plan_type> plan;  // the plan of the reference, committed by every run
+  auto commit = [&plan](seq_t& seq, faulty_table<md::block_pool<>>& table) {
+    if (!plan) {
+      plan = seq.select_for_budget();
+      ASSERT_FALSE(plan->pages.empty());
     }
+    (void)seq.commit(*plan, table, 0);
+  };
+  const std::size_t fired = expect_every_table_fault_changes_nothing<seq_t>(
+      cfg, TypeParam::template params<float>(), 128, build, commit);
+  EXPECT_GT(fired, 0u);
 }
 
 // A host tier's recall into the device table (tiers/host_tier.hpp): with free blocks for the promotions, a fault
@@ -323,46 +345,19 @@ TYPED_TEST(FaultInjection, ARecallCommitThatFailsAtAnyTableCallChangesNothing) {
   md::config cfg = config_of<TypeParam>();
   cfg.budget = md::budget_config::pages(6);
   const std::vector<float> query{1.0f, 1.0f};
-  seq_t ref(cfg, TypeParam::template params<float>());
-  md::block_pool<> ref_pool(64, page);
-  build(ref, ref_pool);
-  const auto plan = ref.select_recall(query);
-  ASSERT_EQ(plan.promote.size(), 2u);
-  ASSERT_EQ(plan.demote.size() + plan.drop.size(), 2u) << "a swap: the device is at its budget";
-  faulty_table counting(ref_pool);
-  counting.fail(std::nullopt, fault_mode::engine_error);
-  (void)ref.commit_recall(plan, counting, 0);
-  const std::size_t calls = counting.calls();
-  const auto after = ref.digest();
-  const auto table_after = fingerprint(ref_pool, {0});
-  std::size_t fired = 0;
-  for (fault_mode mode : fault_injection::all_modes)
-    for (std::size_t k = 0; k < calls; ++k) {
-      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
-      seq_t seq(cfg, TypeParam::template params<float>());
-      md::block_pool<> pool(64, page);
-      build(seq, pool);
-      const auto digest = seq.digest();
-      const auto table = fingerprint(pool, {0});
-      faulty_table ft(pool);
-      ft.fail(k, mode);
-      bool threw = false;
-      try {
-        (void)seq.commit_recall(plan, ft, 0);
-      } catch (const std::exception&) {
-        threw = true;
-      }
-      ASSERT_EQ(threw, ft.fired());
-      if (!threw) continue;
-      ++fired;
-      ASSERT_EQ(seq.digest(), digest);
-      ASSERT_EQ(fingerprint(pool, {0}), table);
-      ASSERT_TRUE(pool.consistent());
-      ft.fail(std::nullopt, mode);
-      (void)seq.commit_recall(plan, ft, 0);
-      ASSERT_EQ(seq.digest(), after);
-      ASSERT_EQ(fingerprint(pool, {0}), table_after);
+  std::optional<md::recall_plan> plan;  // the reference's, committed by every run
+  std::size_t calls = 0;
+  auto recall = [&](seq_t& seq, faulty_table<md::block_pool<>>& table) {
+    if (!plan) {
+      plan = seq.select_recall(query);
+      ASSERT_EQ(plan->promote.size(), 2u);
+      ASSERT_EQ(plan->demote.size() + plan->drop.size(), 2u) << "a swap: the device is at its budget";
     }
+    (void)seq.commit_recall(*plan, table, 0);
+    if (calls == 0) calls = table.calls();
+  };
+  const std::size_t fired = expect_every_table_fault_changes_nothing<seq_t>(
+      cfg, TypeParam::template params<float>(), 64, build, recall);
   EXPECT_GE(fired, 3 * calls) << "every call should have failed in each throwing mode";
 }
 
