@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include <memdecay/core/attention_rows.hpp>
 #include <memdecay/core/executor.hpp>
 #include <memdecay/core/manager.hpp>
 
@@ -132,6 +133,50 @@ TEST(ManagerBatch, ABadObservationAnywhereChangesNothingAndNamesTheFirst) {
   unknown[0].id = 999999;
   EXPECT_THROW((void)ep.mgr.observe_batch(unknown, pool), md::usage_error);
   ASSERT_EQ(ep.mgr.digest(), digest);
+}
+
+// The batch of attention rows (rows_observation): fp16 and bf16 rows, one or several per sequence, with a leading
+// dimension, give what observe_rows one sequence at a time gives, on any thread count; a bad element anywhere
+// changes nothing and the error names the sequence, then the row and token.
+TEST(ManagerBatch, RowsGiveWhatObserveRowsGivesAndABadOneChangesNothing) {
+  for (std::size_t threads : {1u, 3u}) {
+    SCOPED_TRACE(testing::Message() << threads << " threads");
+    md::thread_pool pool(threads);
+    episode batched(21), plain(21);
+    batched.mgr.advance_to(1, pool);
+    plain.mgr.advance_to(1);
+    const auto ids = batched.mgr.ids();
+    std::vector<std::vector<std::uint16_t>> buffers(ids.size());
+    std::vector<md::manager::rows_observation> batch;
+    std::mt19937_64 rng(threads);
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      const std::size_t n = batched.mgr.at(ids[j]).kv_len(), rows = 1 + j % 3, stride = n + j % 4;
+      const auto format = j % 2 ? md::half_format::bf16 : md::half_format::f16;
+      auto& b = buffers[j];
+      b.resize(rows * stride);
+      for (auto& x : b) x = md::simd::float_to_half(static_cast<float>(rng() % 1000) / (1000.0f * n), format);
+      batch.push_back({ids[j], md::attention_rows(std::span<const std::uint16_t>(b), format, rows, n, stride,
+                                                  j % 5 == 0 ? md::head_reduction::mean : md::head_reduction::sum)});
+    }
+    const auto refreshed = batched.mgr.observe_batch(std::span<const md::manager::rows_observation>(batch), pool);
+    for (std::size_t j = 0; j < batch.size(); ++j)
+      EXPECT_EQ(plain.mgr.at(batch[j].id).observe_rows(batch[j].rows), refreshed[j]);
+    ASSERT_EQ(batched.mgr.digest(), plain.mgr.digest());
+
+    batched.mgr.advance_to(2, pool);
+    const auto digest = batched.mgr.digest();
+    buffers[7][1] = 0xfe00;  // sequence 7 (bf16): a negative in its first row (in f16 bits it would be a NaN)
+    buffers[12][2] = 0x8001;  // a negative in a later entry
+    try {
+      (void)batched.mgr.observe_batch(std::span<const md::manager::rows_observation>(batch), pool);
+      FAIL() << "a NaN row was accepted";
+    } catch (const md::input_error& e) {
+      const std::string why = e.what();
+      EXPECT_NE(why.find("sequence " + std::to_string(ids[7]) + ": attention rows"), std::string::npos) << why;
+      EXPECT_NE(why.find("row 0, token 1"), std::string::npos) << why;
+    }
+    ASSERT_EQ(batched.mgr.digest(), digest);
+  }
 }
 
 TEST(ThreadPool, RunsEveryTaskOnceAndTakesPartItself) {

@@ -64,6 +64,7 @@
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/core/eviction.hpp"
+#include "memdecay/core/attention_rows.hpp"
 #include "memdecay/core/executor.hpp"
 #include "memdecay/page_tables/page_table.hpp"
 #include "memdecay/core/sequence_rules.hpp"
@@ -325,30 +326,34 @@ class basic_manager {
   /// the result is the same for any executor and thread count (ManagerBatch.SameResultForEveryThreadCount).
   template <executor Exec = inline_executor>
   std::vector<std::size_t> observe_batch(std::span<const observation> batch, Exec&& exec = Exec{}) {
-    std::vector<sequence_type*> seqs;
-    seqs.reserve(batch.size());
-    for (const auto& o : batch) seqs.push_back(find_entry(o.id, "observe_batch")->second.seq.get());
-    std::vector<SequenceId> ids;
-    ids.reserve(batch.size());
-    for (const auto& o : batch) ids.push_back(o.id);
-    std::sort(ids.begin(), ids.end());
-    if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
-      detail::raise_usage("observe_batch: sequence " + detail::to_text(*twice) + " is named twice");
+    const auto seqs = batch_sequences(batch);
     detail::run_all(exec, batch.size(), [&](std::size_t i) {
-#if MEMDECAY_HAS_EXCEPTIONS
-      try {
-        seqs[i]->check_observe_tokens(batch[i].mass);
-      } catch (const input_error& e) {
-        std::string_view why = e.what();
-        if (why.starts_with(detail::input_error_prefix)) why.remove_prefix(detail::input_error_prefix.size());
-        detail::raise_input("observe_batch: sequence " + detail::to_text(batch[i].id) + ": " + std::string(why));
-      }
-#else
-      seqs[i]->check_observe_tokens(batch[i].mass);
-#endif
+      naming_sequence(batch[i].id, [&] { seqs[i]->check_observe_tokens(batch[i].mass); });
     });
     std::vector<std::size_t> refreshed(batch.size());
     detail::run_all(exec, batch.size(), [&](std::size_t i) { refreshed[i] = seqs[i]->observe_checked(batch[i].mass); });
+    return refreshed;
+  }
+  /// One sequence's observation in a batch as the engine's kernel wrote it (core/attention_rows.hpp).
+  struct rows_observation {
+    SequenceId id;
+    attention_rows rows;
+  };
+  /// observe_rows for every sequence of the batch, on the executor's threads: the same contract as the
+  /// observe_batch above (every entry checked before any is applied, the earliest bad entry's error naming its
+  /// sequence, then its row and token; the same result for any executor and thread count). A sequence whose rows
+  /// are reduced into a float vector (several rows) keeps that vector from the check to the observation.
+  template <executor Exec = inline_executor>
+  std::vector<std::size_t> observe_batch(std::span<const rows_observation> batch, Exec&& exec = Exec{}) {
+    const auto seqs = batch_sequences(batch);
+    std::vector<std::vector<float_type>> reduced(batch.size());
+    detail::run_all(exec, batch.size(), [&](std::size_t i) {
+      naming_sequence(batch[i].id, [&] { reduced[i] = seqs[i]->check_rows_for_batch(batch[i].rows); });
+    });
+    std::vector<std::size_t> refreshed(batch.size());
+    detail::run_all(exec, batch.size(), [&](std::size_t i) {
+      refreshed[i] = seqs[i]->observe_rows_checked(batch[i].rows, reduced[i]);
+    });
     return refreshed;
   }
   /// Protects logical pages of `id` until the next advance_to() (or clear_protections()): pages that in-flight or
@@ -698,6 +703,35 @@ class basic_manager {
   };
   using map_type = std::map<SequenceId, entry>;
 
+  // The sequences of a batch, in batch order: usage_error for an id that is not open or is named twice.
+  template <class Entry>
+  std::vector<sequence_type*> batch_sequences(std::span<const Entry> batch) {
+    std::vector<sequence_type*> seqs;
+    seqs.reserve(batch.size());
+    for (const auto& o : batch) seqs.push_back(find_entry(o.id, "observe_batch")->second.seq.get());
+    std::vector<SequenceId> ids;
+    ids.reserve(batch.size());
+    for (const auto& o : batch) ids.push_back(o.id);
+    std::sort(ids.begin(), ids.end());
+    if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end())
+      detail::raise_usage("observe_batch: sequence " + detail::to_text(*twice) + " is named twice");
+    return seqs;
+  }
+  // Runs one sequence's check; an input_error it throws names the sequence ("observe_batch: sequence N: ...").
+  template <class Check>
+  static void naming_sequence(SequenceId id, Check&& check) {
+#if MEMDECAY_HAS_EXCEPTIONS
+    try {
+      check();
+    } catch (const input_error& e) {
+      std::string_view why = e.what();
+      if (why.starts_with(detail::input_error_prefix)) why.remove_prefix(detail::input_error_prefix.size());
+      detail::raise_input("observe_batch: sequence " + detail::to_text(id) + ": " + std::string(why));
+    }
+#else
+    check();
+#endif
+  }
   void check_clock(step_t step) const {
     if (step < now_)
       detail::raise_input("advance_to: clock goes backwards: advance_to(" + detail::to_text(step) +

@@ -302,34 +302,25 @@ class basic_sequence {
   /// and token), or a reduced mass the policy cannot take.
   std::size_t observe_rows(const attention_rows& rows) {
     check_rows_shape(rows);
-    if constexpr (std::same_as<Float, float>)
-      if (rows.rows() == 1 && rows.format() == mass_format::f32)
-        return observe_tokens(std::span<const float>(rows.f32_row(0), rows.tokens()));
-    if (observes_rows_in_blocks() && rows.rows() == 1) {
-      check_rows_in_blocks(rows);
-      return apply_rows(rows);
+    switch (path_of(rows)) {
+      case rows_path::in_place:
+        return observe_tokens(in_place_mass(rows));
+      case rows_path::blocks:
+        check_rows_in_blocks(rows);
+        return apply_rows(rows);
+      case rows_path::reduced:
+        break;
     }
     std::vector<Float> mass(rows.tokens());
-    if constexpr (requires { policy_.observation_scale(view()); }) {
-      if (observes_rows_in_blocks()) {  // the same check as check_observe_tokens, in the reduction's sweep
-        reduce_checked(rows, 0, rows.tokens(), mass.data(), policy_.observation_scale(view()));
-        return apply(mass);
-      }
+    if (observes_rows_in_blocks()) {  // the same check as check_observe_tokens, in the reduction's sweep
+      reduce_checked(rows, 0, rows.tokens(), mass.data(), observation_scale());
+      return apply(mass);
     }
     reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
     return observe_tokens(std::span<const Float>(mass));
   }
   /// Throws what observe_rows(rows) would throw, and changes nothing.
-  void check_observe_rows(const attention_rows& rows) const {
-    check_rows_shape(rows);
-    if constexpr (std::same_as<Float, float>)
-      if (rows.rows() == 1 && rows.format() == mass_format::f32)
-        return check_observe_tokens(std::span<const float>(rows.f32_row(0), rows.tokens()));
-    if (observes_rows_in_blocks()) return check_rows_in_blocks(rows);
-    std::vector<Float> mass(rows.tokens());
-    reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
-    check_observe_tokens(std::span<const Float>(mass));
-  }
+  void check_observe_rows(const attention_rows& rows) const { (void)check_rows_for_batch(rows); }
   /// Observes per-page mass (length num_pages()); each page's mass is shared evenly among its resident tokens.
   std::size_t observe_pages(std::span<const Float> page_mass) {
     validate_mass(page_mass, device_pages(), "per-page attention");
@@ -1054,6 +1045,63 @@ class basic_sequence {
       digests_->resize(num_pages());
     }
     if (tier_) tier_->resize(num_pages());  // within the capacity reserved above
+  }
+  // How observe_rows reads the rows (measured: docs/performance.md): one float32 row in place, one row a block at a
+  // time into the policy (MemDecay but zscore, no tier), else reduced once into a float vector.
+  enum class rows_path : std::uint8_t { in_place, blocks, reduced };
+  [[nodiscard]] rows_path path_of(const attention_rows& rows) const noexcept {
+    if constexpr (std::same_as<Float, float>)
+      if (rows.rows() == 1 && rows.format() == mass_format::f32) return rows_path::in_place;
+    return observes_rows_in_blocks() && rows.rows() == 1 ? rows_path::blocks : rows_path::reduced;
+  }
+  // The one float32 row of rows_path::in_place, as the score type's span (only float scores take that path).
+  [[nodiscard]] static std::span<const Float> in_place_mass(const attention_rows& rows) noexcept {
+    if constexpr (std::same_as<Float, float>)
+      return {rows.f32_row(0), rows.tokens()};
+    else
+      return {};
+  }
+  [[nodiscard]] Float observation_scale() const noexcept {
+    if constexpr (requires { policy_.observation_scale(view()); })
+      return policy_.observation_scale(view());
+    else
+      return Float{1};
+  }
+  // check_observe_rows, keeping the reduced mass when the observation reads one (rows_path::reduced; empty
+  // otherwise), so that basic_manager::observe_batch applies it with nothing left that can fail.
+  [[nodiscard]] std::vector<Float> check_rows_for_batch(const attention_rows& rows) const {
+    check_rows_shape(rows);
+    switch (path_of(rows)) {
+      case rows_path::in_place:
+        check_observe_tokens(in_place_mass(rows));
+        return {};
+      case rows_path::blocks:
+        check_rows_in_blocks(rows);
+        return {};
+      case rows_path::reduced:
+        break;
+    }
+    std::vector<Float> mass(rows.tokens());
+    if (observes_rows_in_blocks()) {
+      reduce_checked(rows, 0, rows.tokens(), mass.data(), observation_scale());
+    } else {
+      reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
+      check_observe_tokens(std::span<const Float>(mass));
+    }
+    return mass;
+  }
+  // basic_manager::observe_batch of rows: check_rows_for_batch passed and gave `reduced` (a managed sequence has no
+  // tier). Cannot fail.
+  std::size_t observe_rows_checked(const attention_rows& rows, std::span<const Float> reduced) {
+    switch (path_of(rows)) {
+      case rows_path::in_place:
+        return apply(in_place_mass(rows));
+      case rows_path::blocks:
+        return apply_rows(rows);
+      case rows_path::reduced:
+        break;
+    }
+    return apply(reduced);
   }
   // observe_rows: whether the policy takes rows a block at a time and checks masses at one scale (MemDecay, not
   // zscore, no host tier).
