@@ -48,6 +48,9 @@ class manager_handle {
   virtual std::vector<std::size_t> observe_batch(std::span<const std::uint64_t> ids,
                                                  std::span<const std::span<const float>> masses,
                                                  std::size_t threads) = 0;
+  virtual std::vector<std::size_t> observe_batch_rows(std::span<const std::uint64_t> ids,
+                                                      std::span<const md::attention_rows> rows,
+                                                      std::size_t threads) = 0;
   [[nodiscard]] virtual global_plan select_global(std::size_t pages_to_free, std::size_t threads) = 0;
   [[nodiscard]] virtual md::step_t now() const = 0;
   virtual void protect_pages(std::uint64_t id, std::span<const std::size_t> pages) = 0;
@@ -124,6 +127,16 @@ class manager_impl final : public manager_handle {
     for (std::size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], masses[i]});
     if (threads <= 1) return mgr_->observe_batch(std::span<const typename Mgr::observation>(batch));
     return mgr_->observe_batch(std::span<const typename Mgr::observation>(batch), pool(threads));
+  }
+  std::vector<std::size_t> observe_batch_rows(std::span<const std::uint64_t> ids,
+                                              std::span<const md::attention_rows> rows,
+                                              std::size_t threads) override {
+    std::vector<typename Mgr::rows_observation> batch;
+    batch.reserve(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) batch.push_back({ids[i], rows[i]});
+    const std::span<const typename Mgr::rows_observation> all(batch);
+    if (threads <= 1) return mgr_->observe_batch(all);
+    return mgr_->observe_batch(all, pool(threads));
   }
   [[nodiscard]] global_plan select_global(std::size_t pages_to_free, std::size_t threads) override {
     if (threads <= 1) return mgr_->select_global(pages_to_free);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include <memdecay/core/attention_rows.hpp>
 #include <memdecay/core/config.hpp>
 #include <memdecay/core/region.hpp>
 #include <memdecay/detail/error.hpp>
@@ -73,6 +74,50 @@ inline py::array any_array(const py::handle& obj) {
   if (py::isinstance<py::array>(obj)) return py::reinterpret_borrow<py::array>(obj);
   if (py::hasattr(obj, "__dlpack__")) return py::module_::import("numpy").attr("from_dlpack")(obj).cast<py::array>();
   return py::module_::import("numpy").attr("asarray")(obj).cast<py::array>();
+}
+
+/// `how` ("sum" or "mean") as a head_reduction; ValueError naming the argument otherwise.
+inline memdecay::head_reduction reduction_of(const std::string& how) {
+  if (how != "sum" && how != "mean") raise_argument("how", "'" + how + "' (sum or mean)");
+  return how == "sum" ? memdecay::head_reduction::sum : memdecay::head_reduction::mean;
+}
+
+/// A NumPy array as attention_rows, viewed in place (the array must outlive the view): 1-D tokens or 2-D rows x
+/// tokens with any positive row stride, of float32, float16, or 16-bit integers holding the bits of `format`
+/// ("f16" or "bf16"; a torch.bfloat16 tensor's .view(torch.int16)). ValueError naming `name` otherwise.
+inline memdecay::attention_rows rows_of(const py::array& a, memdecay::head_reduction how, const std::string& format,
+                                        const char* name) {
+  namespace md = memdecay;
+  if (a.ndim() != 1 && a.ndim() != 2)
+    raise_argument(name, std::to_string(a.ndim()) + " dimensions, expected 1 (tokens) or 2 (rows x tokens)");
+  const auto kind = a.dtype().kind();
+  const auto size = static_cast<std::size_t>(a.itemsize());
+  std::string fmt = format;
+  if (fmt.empty()) fmt = kind == 'f' && size == 4 ? "f32" : kind == 'f' && size == 2 ? "f16" : "?";
+  const bool bits16 = (kind == 'i' || kind == 'u') && size == 2;
+  const bool ok = (fmt == "f32" && kind == 'f' && size == 4) ||
+                  (fmt == "f16" && ((kind == 'f' && size == 2) || bits16)) || (fmt == "bf16" && bits16);
+  if (!ok)
+    raise_argument(name, "dtype " + dtype_name(a) + " with format '" + format +
+                             "' (float32, float16, or int16/uint16 bits with format='f16' or 'bf16')");
+  const std::size_t rows = a.ndim() == 2 ? static_cast<std::size_t>(a.shape(0)) : 1;
+  const std::size_t tokens = static_cast<std::size_t>(a.shape(a.ndim() - 1));
+  if (tokens > 1 && static_cast<std::size_t>(a.strides(a.ndim() - 1)) != size)
+    raise_argument(name, "tokens are not contiguous within a row (stride " + std::to_string(a.strides(a.ndim() - 1)) +
+                             " bytes)");
+  std::size_t stride = tokens;
+  if (rows > 1) {
+    const auto bytes = a.strides(0);
+    if (bytes <= 0 || static_cast<std::size_t>(bytes) % size != 0)
+      raise_argument(name, "row stride of " + std::to_string(bytes) + " bytes (a positive multiple of " +
+                               std::to_string(size) + ")");
+    stride = static_cast<std::size_t>(bytes) / size;
+  }
+  const std::size_t elements = rows == 0 || tokens == 0 ? 0 : (rows - 1) * stride + tokens;
+  if (fmt == "f32")
+    return {std::span<const float>(static_cast<const float*>(a.data()), elements), rows, tokens, stride, how};
+  return {std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(a.data()), elements),
+          fmt == "f16" ? md::half_format::f16 : md::half_format::bf16, rows, tokens, stride, how};
 }
 
 inline py::array_t<float> mass_array(const py::handle& obj, const char* name, py::ssize_t ndim) {

@@ -2,6 +2,7 @@
 // Manager: many sequences of one policy under per-sequence and global budgets, fork, per-step protections and the
 // deterministic global selection; GlobalPlan. A table indexed by batch row takes an explicit id map (a dict or a
 // callable from the manager's id to the row), or "identity" when the ids are the table's (the block pool).
+#include <algorithm>
 #include <map>
 
 #include "common/manager_handle.hpp"
@@ -103,26 +104,45 @@ void bind_manager(py::module_& m) {
           "Every clock to `step` (UsageError/InputError if one goes back); `threads` > 1 moves them on a pool.")
       .def(
           "observe_batch",
-          [](manager_handle& mh, const py::object& batch, std::size_t threads) {
-            // {id: mass} or [(id, mass), ...]; every mass a float32 array viewed in place (kept alive here).
+          [](manager_handle& mh, const py::object& batch, std::size_t threads, const std::string& how,
+             const std::string& format) {
+            // {id: mass} or [(id, mass), ...]. Every mass a 1-D float32 array (and how, format left alone): the
+            // masses, viewed in place; otherwise attention rows (Sequence.observe_rows's arrays), viewed in place.
             std::vector<std::uint64_t> ids;
-            std::vector<py::array_t<float>> arrays;
+            std::vector<py::array> arrays;
             const py::object items = py::isinstance<py::dict>(batch) ? batch.attr("items")() : batch;
             for (const py::handle item : items) {
               const py::tuple pair(py::reinterpret_borrow<py::object>(item));
               if (pair.size() != 2) raise_argument("batch", "entries are (id, mass) pairs");
               ids.push_back(pair[0].cast<std::uint64_t>());
-              arrays.push_back(mass_array(pair[1], "mass", 1));
+              arrays.push_back(any_array(pair[1]));
             }
-            std::vector<std::span<const float>> masses;
-            for (const auto& a : arrays) masses.emplace_back(a.data(), static_cast<std::size_t>(a.size()));
+            const bool masses = how == "sum" && format.empty() &&
+                                std::all_of(arrays.begin(), arrays.end(), [](const py::array& a) {
+                                  return a.ndim() == 1 && a.dtype().is(py::dtype::of<float>());
+                                });
+            if (masses) {
+              std::vector<py::array_t<float>> kept;
+              std::vector<std::span<const float>> spans;
+              for (const auto& a : arrays) {
+                kept.push_back(mass_array(a, "mass", 1));
+                spans.emplace_back(kept.back().data(), static_cast<std::size_t>(kept.back().size()));
+              }
+              py::gil_scoped_release release;
+              return mh.observe_batch(ids, spans, threads);
+            }
+            const auto r = reduction_of(how);
+            std::vector<md::attention_rows> rows;
+            for (const auto& a : arrays) rows.push_back(rows_of(a, r, format, "rows"));
             py::gil_scoped_release release;
-            return mh.observe_batch(ids, masses, threads);
+            return mh.observe_batch_rows(ids, rows, threads);
           },
-          py::arg("batch"), py::arg("threads") = 1,
+          py::arg("batch"), py::arg("threads") = 1, py::arg("how") = "sum", py::arg("format") = "",
           "observe_tokens for every (id, mass) of the batch ({id: mass} or pairs), a task per sequence on `threads` "
           "threads (a pool the manager keeps); every mass is checked first (InputError naming the sequence, and "
-          "nothing changes). Returns the tokens refreshed per entry, in batch order; the same for any thread count.")
+          "nothing changes). Returns the tokens refreshed per entry, in batch order; the same for any thread count. "
+          "Entries that are not all 1-D float32 (2-D rows, float16, bf16 bits with format='bf16') are read as "
+          "observe_rows reads them, reduced by `how`.")
       .def(
           "protect_pages",
           [](manager_handle& mh, std::uint64_t id, const py::object& pages) { mh.protect_pages(id, page_list(pages)); },

@@ -189,43 +189,7 @@ void bind_sequence(py::module_& m) {
           "observe_rows",
           [](H& s, const py::object& mass, const std::string& how, const std::string& format) {
             const py::array a = any_array(mass);
-            if (how != "sum" && how != "mean") raise_argument("how", "'" + how + "' (sum or mean)");
-            const auto r = how == "sum" ? md::head_reduction::sum : md::head_reduction::mean;
-            if (a.ndim() != 1 && a.ndim() != 2)
-              raise_argument("rows", std::to_string(a.ndim()) + " dimensions, expected 1 (tokens) or 2 (rows x tokens)");
-            const auto kind = a.dtype().kind();
-            const auto size = static_cast<std::size_t>(a.itemsize());
-            // float32, float16, or 16-bit integers holding the bits of `format` (a torch.bfloat16 tensor's
-            // .view(torch.int16)): the dtype and `format` must agree.
-            std::string fmt = format;
-            if (fmt.empty()) fmt = kind == 'f' && size == 4 ? "f32" : kind == 'f' && size == 2 ? "f16" : "?";
-            const bool bits16 = (kind == 'i' || kind == 'u') && size == 2;
-            const bool ok = (fmt == "f32" && kind == 'f' && size == 4) ||
-                            (fmt == "f16" && ((kind == 'f' && size == 2) || bits16)) || (fmt == "bf16" && bits16);
-            if (!ok)
-              raise_argument("rows", "dtype " + dtype_name(a) + " with format '" + format +
-                                         "' (float32, float16, or int16/uint16 bits with format='f16' or 'bf16')");
-            const std::size_t rows = a.ndim() == 2 ? static_cast<std::size_t>(a.shape(0)) : 1;
-            const std::size_t tokens = static_cast<std::size_t>(a.shape(a.ndim() - 1));
-            if (tokens > 1 && static_cast<std::size_t>(a.strides(a.ndim() - 1)) != size)
-              raise_argument("rows", "tokens are not contiguous within a row (stride " +
-                                         std::to_string(a.strides(a.ndim() - 1)) + " bytes)");
-            std::size_t stride = tokens;
-            if (rows > 1) {
-              const auto bytes = a.strides(0);
-              if (bytes <= 0 || static_cast<std::size_t>(bytes) % size != 0)
-                raise_argument("rows", "row stride of " + std::to_string(bytes) + " bytes (a positive multiple of " +
-                                           std::to_string(size) + ")");
-              stride = static_cast<std::size_t>(bytes) / size;
-            }
-            const std::size_t elements = rows == 0 || tokens == 0 ? 0 : (rows - 1) * stride + tokens;
-            const auto view =
-                fmt == "f32"
-                    ? md::attention_rows(std::span<const float>(static_cast<const float*>(a.data()), elements), rows,
-                                         tokens, stride, r)
-                    : md::attention_rows(
-                          std::span<const std::uint16_t>(static_cast<const std::uint16_t*>(a.data()), elements),
-                          fmt == "f16" ? md::half_format::f16 : md::half_format::bf16, rows, tokens, stride, r);
+            const auto view = rows_of(a, reduction_of(how), format, "rows");
             py::gil_scoped_release release;
             return s.observe_rows(view);
           },

@@ -188,3 +188,26 @@ def test_a_bad_mass_in_a_batch_changes_nothing():
     with pytest.raises(md.UsageError, match="named twice"):
         mgr.observe_batch([batch[0], batch[0]])
     assert mgr.digest() == before
+
+
+def test_a_batch_of_attention_rows_is_observe_rows_per_sequence():
+    a, b = batch_manager(), batch_manager()
+    a.advance_to(2)
+    b.advance_to(2)
+    rng = np.random.default_rng(8)
+    batch = {}
+    for k, sid in enumerate(a.ids()):
+        n = a[sid].kv_len
+        padded = (rng.random((1 + k % 3, n + 5), dtype=np.float32) / n).astype(np.float16)
+        batch[sid] = padded[:, :n]  # rows with a leading dimension, viewed in place
+    refreshed = a.observe_batch(batch, threads=2, how="mean")
+    assert refreshed == [b[sid].observe_rows(rows, how="mean") for sid, rows in batch.items()]
+    assert a.digest() == b.digest()
+    before = a.digest()
+    bad = dict(batch)
+    sid = list(bad)[2]
+    bad[sid] = bad[sid].copy()
+    bad[sid][0, 3] = np.float16(-1.0)
+    with pytest.raises(md.InputError, match=f"sequence {sid}: attention rows"):
+        a.observe_batch(bad, threads=2)
+    assert a.digest() == before
