@@ -344,6 +344,20 @@ static void test_digests(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* Page digests (1 KV head of 2 channels) whose keys rise with the page: the query (0, 1) prefers later pages. */
+static void ramp_keys(memdecay_sequence* seq) {
+  float keys[16 * 2];
+  size_t i, p;
+  CHECK_OK(memdecay_sequence_enable_digests(seq, 1, 2, 1, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F32, 0.0));
+  for (p = 0; p < 16; ++p) {
+    for (i = 0; i < 16; ++i) {
+      keys[2 * i] = 1.0f;
+      keys[2 * i + 1] = 0.1f * (float)p;
+    }
+    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 32));
+  }
+}
+
 static void test_host_tier(void) {
   memdecay_config* cfg = NULL;
   memdecay_sequence* seq;
@@ -360,14 +374,7 @@ static void test_host_tier(void) {
   CHECK_OK(memdecay_config_create(&cfg));
   CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, 8, NAN));
   seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16, budget 8 pages */
-  CHECK_OK(memdecay_sequence_enable_digests(seq, 1, 2, 1, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F32, 0.0));
-  for (p = 0; p < 16; ++p) {
-    for (i = 0; i < 16; ++i) {
-      keys[2 * i] = 1.0f;
-      keys[2 * i + 1] = 0.1f * (float)p;
-    }
-    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 32));
-  }
+  ramp_keys(seq);
   tier.hysteresis = -1.0;
   CHECK_FAILS(memdecay_sequence_enable_host_tier(seq, &tier), MEMDECAY_CONFIG_ERROR, "hysteresis");
   CHECK_FAILS(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall), MEMDECAY_USAGE_ERROR, "host tier");
@@ -405,7 +412,7 @@ static void test_host_tier(void) {
 }
 
 /* A recall through a block pool: the demoted pages leave the pool at the tiered commit, the promoted page gets a fresh
- * block at its place; a short `inserted` buffer or a table that is not a pool changes nothing. */
+ * block at its place; a short `inserted` buffer or a table that is not a block pool changes nothing. */
 static void test_recall_through_a_pool(void) {
   memdecay_config* cfg = NULL;
   memdecay_sequence* seq;
@@ -417,7 +424,8 @@ static void test_recall_through_a_pool(void) {
   memdecay_recall_plan_view rv;
   float keys[16 * 2], query[2] = {0.0f, 1.0f};
   uint8_t flags[16];
-  int32_t inserted[4], blocks[32];
+  memdecay_table* vllm = NULL;
+  int32_t inserted[4], blocks[32], vllm_ids[16] = {0, 1, 2, 3, 4, 5, 6, 7}, vllm_counts[1] = {8};
   size_t i, p, count = 0, host = 0, free_blocks = 0, num_inserted = 0, num_blocks = 0;
   uint64_t before;
   CHECK_OK(memdecay_config_create(&cfg));
@@ -426,14 +434,7 @@ static void test_recall_through_a_pool(void) {
   CHECK_OK(memdecay_block_pool_create(20, 16, &pool));
   CHECK_OK(memdecay_block_pool_open(pool, 7));
   CHECK_OK(memdecay_block_pool_append_tokens(pool, 7, 256));
-  CHECK_OK(memdecay_sequence_enable_digests(seq, 1, 2, 1, MEMDECAY_DIGEST_MIN_MAX, MEMDECAY_DIGEST_F32, 0.0));
-  for (p = 0; p < 16; ++p) {
-    for (i = 0; i < 16; ++i) {
-      keys[2 * i] = 1.0f;
-      keys[2 * i + 1] = 0.1f * (float)p;
-    }
-    CHECK_OK(memdecay_sequence_set_page_keys(seq, p, keys, 32));
-  }
+  ramp_keys(seq);
   tier.host_budget_unit = MEMDECAY_BUDGET_PAGES;
   tier.host_budget = 6;
   tier.max_recall_pages = 1;
@@ -454,6 +455,10 @@ static void test_recall_through_a_pool(void) {
   before = digest_of(seq);
   CHECK_FAILS(memdecay_sequence_commit_recall_to_pool(seq, recall, pool, 7, inserted, 0, &num_inserted, NULL),
               MEMDECAY_BUFFER_TOO_SMALL, "1 needed");
+  CHECK_OK(memdecay_vllm_block_table_create(vllm_ids, vllm_counts, 1, 16, 16, 32, &vllm));
+  CHECK_FAILS(memdecay_sequence_commit_recall_to_pool(seq, recall, vllm, 0, inserted, 4, &num_inserted, NULL),
+              MEMDECAY_INVALID_ARGUMENT, "block pool");
+  memdecay_table_destroy(vllm);
   CHECK(digest_of(seq) == before);
   CHECK_OK(memdecay_sequence_commit_recall_to_pool(seq, recall, pool, 7, inserted, 4, &num_inserted, &removal));
   CHECK(num_inserted == 1 && memdecay_removal_get(removal).num_removed == 1);

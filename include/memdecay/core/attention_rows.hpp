@@ -22,6 +22,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,17 +136,31 @@ template <std::floating_point Float>
   return out;
 }
 
-/// Throws input_error naming the row and token of the first element (in token order, then row order) that is not
-/// finite and >= 0; returns if there is none.
-inline void check_row_elements(const attention_rows& rows, std::size_t begin, std::size_t count) {
+/// One element of attention_rows: where it is and its value (widened).
+struct row_element {
+  std::size_t row = 0;
+  std::size_t token = 0;
+  float value = 0;
+};
+
+/// The first element of tokens [begin, begin + count) (in token order, then row order) that is not finite and
+/// >= 0, if there is one.
+[[nodiscard]] inline std::optional<row_element> first_bad_element(const attention_rows& rows, std::size_t begin,
+                                                                  std::size_t count) noexcept {
   for (std::size_t t = begin; t < begin + count; ++t)
     for (std::size_t r = 0; r < rows.rows(); ++r) {
       const float m = rows.element(r, t);
-      if (!std::isfinite(m) || m < 0.0f)
-        detail::raise_input(std::string("attention rows (") + to_string(rows.format()) + "): row " +
-                            detail::to_text(r) + ", token " + detail::to_text(t) + " = " + detail::to_text(m) +
-                            " (attention mass must be finite and >= 0)");
+      if (!std::isfinite(m) || m < 0.0f) return row_element{r, t, m};
     }
+  return std::nullopt;
+}
+
+/// Throws input_error naming the row and token of first_bad_element; returns if there is none.
+inline void check_row_elements(const attention_rows& rows, std::size_t begin, std::size_t count) {
+  if (const auto bad = first_bad_element(rows, begin, count))
+    detail::raise_input(std::string("attention rows (") + to_string(rows.format()) + "): row " +
+                        detail::to_text(bad->row) + ", token " + detail::to_text(bad->token) + " = " +
+                        detail::to_text(bad->value) + " (attention mass must be finite and >= 0)");
 }
 
 }  // namespace memdecay

@@ -1124,11 +1124,8 @@ class basic_sequence {
       if (simd::reduce_rows_checked(rows, begin, count, out, scale)) return;
     } else {
       reduce_rows_reference<Float>(rows, begin, count, out);
-      bool elements_ok = true;
-      for (std::size_t t = begin; t < begin + count && elements_ok; ++t)
-        for (std::size_t r = 0; r < rows.rows(); ++r) elements_ok = elements_ok && rows.element(r, t) >= 0.0f &&
-                                                                    std::isfinite(rows.element(r, t));
-      if (elements_ok && std::all_of(out, out + count, [scale](Float m) { return std::isfinite(scale * m); }))
+      if (!first_bad_element(rows, begin, count) &&
+          std::all_of(out, out + count, [scale](Float m) { return std::isfinite(scale * m); }))
         return;
     }
     raise_rows_error(rows, scale);
