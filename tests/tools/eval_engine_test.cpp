@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <memdecay/core/sequence.hpp>
+#include <memdecay/tiers/host_store.hpp>
 #include <nlohmann/json.hpp>
 
 #include "engine/kv_session.hpp"
@@ -587,6 +588,75 @@ TEST(eval_engine_session, query_signal_at_page_one_is_the_measured_attention) {
       ASSERT_NEAR(estimate[k], exact, 1e-4) << "step " << i << " token " << k;
     }
   }
+}
+
+// A host tier on the engine's session: demoted blocks saved to a host store, recalled ones loaded into fresh blocks
+// at their place. The dense reference with each step's visibility checks every logit and attention row, so a
+// recalled page whose K/V or position came back wrong would show; the session's queries for a prompt are the ones
+// appending it would compute.
+TEST(eval_engine_session, host_tier_recall_restores_pages_the_reference_agrees) {
+  const auto& m = model_at(random_tiny);
+  const auto tokens = episode_tokens(320);
+  namespace md = memdecay;
+  recorder rec(m, 16, 320);
+  md::sequence seq(md::config{.page_size = 16, .budget = md::budget_config::tokens(96)});
+  const std::size_t L = rec.session.layers(), H = rec.session.heads(), hd = rec.session.head_dim(), d = H * hd;
+  seq.enable_digests({.kv_heads = L * H, .head_dim = hd});
+  seq.enable_host_tier({.min_device_steps = 1});
+  std::vector<float> host(32 * rec.session.block_floats());
+  std::vector<std::uint32_t> first(32);
+  auto copy = [&](md::copy_direction dir, std::int32_t block, std::size_t slot) {
+    const std::span<float> h(host.data() + slot * rec.session.block_floats(), rec.session.block_floats());
+    if (dir == md::copy_direction::to_host)
+      rec.session.save_block(block, h, first[slot]);
+    else
+      rec.session.load_block(block, std::span<const float>(h), first[slot]);
+  };
+  md::host_block_store<std::uint64_t, std::int32_t, decltype(copy)> store(32, copy);
+  const md::region_id cycle[] = {md::regions::tool_out, md::regions::user, md::regions::scratchpad,
+                                 md::regions::retrieval};
+  std::size_t promoted = 0;
+  std::vector<float> keys, query(L * d);
+  for (std::size_t i = 0; i < tokens.size(); i += 16) {
+    seq.append(i == 0 ? md::regions::system : cycle[(i / 16) % 4], 16);
+    rec.append(std::span(tokens).subspan(i, 16));
+    const auto& r = rec.steps.back().result;
+    std::vector<float> mass(r.layer_mass[0].size(), 0.0f);
+    for (const auto& row : r.layer_mass)
+      for (std::size_t k = 0; k < row.size(); ++k) mass[k] += row[k];
+    seq.advance_to(static_cast<md::step_t>(i / 16 + 1));
+    seq.observe_tokens(mass);
+    for (std::size_t p = 0; p < seq.num_pages(); ++p)
+      if (seq.residency(p) == md::page_residency::device && !seq.digests().has_digest(p)) {
+        rec.session.page_keys(seq.device_index(p), keys);
+        seq.set_page_keys(p, keys);
+      }
+    seq.commit(seq.select_for_budget(), rec.session.table(), rec.session.sequence(), store);
+    // The next step's recall, with a query of an early page's token: it wants old pages back.
+    const std::int32_t prompt[] = {tokens[(i * 7) % 64], tokens[(i * 7 + 1) % 64]};
+    rec.session.prompt_queries(prompt, query);
+    const auto recall = seq.select_recall(query);
+    promoted += recall.promote.size();
+    seq.commit_recall(recall, rec.session.table(), rec.session.sequence(), store);
+    ASSERT_EQ(seq.device_len(), rec.session.resident_tokens());
+    std::vector<std::uint32_t> device;
+    const auto pos = seq.positions();
+    for (std::size_t j = 0; j < pos.size(); ++j)
+      if (seq.residency(j / 16) == md::page_residency::device) device.push_back(static_cast<std::uint32_t>(pos[j]));
+    ASSERT_EQ(device, rec.session.resident_positions());
+  }
+  EXPECT_GT(promoted, 0u) << "the run must recall pages for the reference to check them";
+  EXPECT_GT(seq.host_pages(), 0u);
+  rec.check(m);
+
+  // prompt_queries: the queries appending the prompt computes, for its last token, every layer.
+  kv_session copy_of = rec.session;
+  const std::int32_t prompt[] = {m.vocab().query, m.vocab().key_first + 3};
+  rec.session.prompt_queries(prompt, query);
+  const auto appended = copy_of.append(prompt);
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t c = 0; c < d; ++c)
+      ASSERT_NEAR(query[l * d + c], appended.layer_queries[l][d + c], 1e-4f) << "layer " << l << " channel " << c;
 }
 
 TEST(eval_engine_session, answer_leaves_the_session_bit_identical) {

@@ -618,6 +618,44 @@ TEST(EvalEngine, ForkedRunsEqualRunsFromScratchOnTheEngine) {
   }
 }
 
+// The host tier on the engine (docs/tiers.md): the harness checks after every step that the session's block table
+// holds exactly the policy's device tokens at their original positions (a recalled page back in its place); the
+// run demotes, promotes and moves K/V, every copy one whole block; and the numbers do not depend on the threads or
+// on forking. ArkVale-style recall runs on the same host pool.
+TEST(EvalEngine, HostTierRunsPromoteDemoteAndAreDeterministic) {
+  const auto model = ev::tiny_lm::load(source_dir / "models/fixtures/random-tiny.safetensors");
+  const auto file = ev::read_episodes(source_dir / "models/episodes-need-450.json");
+  ev::eval_settings s;
+  s.budgets = {0.25};
+  const auto kinds = ev::all_policy_kinds({}, s.protection);
+  const std::vector<ev::config_spec> configs{{ev::host_variant(named("memdecay-lifetime", 16, s).kind, "host50"), 16},
+                                             {ev::host_variant(named("h2o", 16, s).kind, "host-all"), 16},
+                                             {ev::arkvale_kind(kinds), 16}};
+  std::vector<ev::eval_target<ev::kv_session>> targets{{"random-tiny", &file, engine_factory(model), 2, 0}};
+  const auto one = ev::evaluate(targets, configs, s, 1);
+  const auto two = ev::evaluate(targets, configs, s, 2);
+  s.fork = false;
+  const auto plain = ev::evaluate(targets, configs, s, 1);
+  const std::size_t block_bytes = 2 * static_cast<std::size_t>(model.config().n_layers) * 16 *
+                                  static_cast<std::size_t>(model.config().d_model) * sizeof(float);
+  for (std::size_t c = 0; c < configs.size(); ++c) {
+    SCOPED_TRACE(configs[c].label());
+    const auto& x = one[0].cells[c];
+    EXPECT_TRUE(x == two[0].cells[c]);
+    EXPECT_TRUE(x == plain[0].cells[c]);
+    EXPECT_GT(x.demoted_pages, 0u);
+    EXPECT_GT(x.promoted_pages, 0u);
+    EXPECT_GT(x.recalls, 0u);
+    EXPECT_EQ(x.budget_violations, 0u);
+    EXPECT_EQ(x.moved_bytes % block_bytes, 0u);
+    // Each demotion copies a block out and each promotion one in; a swap through a full table also backs up the
+    // displaced pages it drops.
+    EXPECT_GE(x.moved_bytes / block_bytes, x.demoted_pages + x.promoted_pages);
+    EXPECT_LE(x.max_resident, x.budget_tokens);
+  }
+  EXPECT_EQ(one[0].cells[1].host_dropped_pages, 0u) << "an unlimited host tier drops nothing";
+}
+
 // A small evaluation on the bundled small model with fixed expectations (docs/eval.md): tier 450, 2 episodes,
 // budget 25%. The full cache recalls nearly every probe (measured: see EXPECT), and MemDecay keeps every pinned
 // system fact resident at the tightest budget.

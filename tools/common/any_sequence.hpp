@@ -29,6 +29,8 @@
 #include <memdecay/core/sequence_like.hpp>
 #include <memdecay/digests/page_digests.hpp>
 #include <memdecay/digests/query_signal.hpp>
+#include <memdecay/tiers/host_store.hpp>
+#include <memdecay/tiers/host_tier.hpp>
 
 namespace memdecay_tools {
 
@@ -67,6 +69,11 @@ class any_sequence {
  public:
   using plan_type = memdecay::eviction_plan<float>;
   using pool_type = memdecay::block_pool<std::int32_t, std::uint64_t>;
+  /// The engine's host memory for a run with a host tier: host slots, the copy moving one page's K/V.
+  using host_copy = std::function<void(memdecay::copy_direction, const std::int32_t&, std::size_t)>;
+  using host_store_type = memdecay::host_block_store<std::uint64_t, std::int32_t, host_copy>;
+  /// Device page `page`'s keys (the engine's device page table order): tokens x heads x head_dim.
+  using page_keys_fn = std::function<void(std::size_t page, std::vector<float>& keys)>;
 
   virtual ~any_sequence() = default;
   virtual void append(memdecay::region_id region, std::size_t tokens) = 0;
@@ -94,6 +101,33 @@ class any_sequence {
   /// From now on observe(mass) sums the mass per page and observes it with observe_pages (each page's mass shared
   /// evenly among its tokens), as an engine that reduces attention per page on the GPU would.
   virtual void observe_per_page() = 0;
+
+  // The host tier (memdecay's tiers/host_tier.hpp): victims go to host memory and come back on a query's bound.
+  // Held pages (kv_len, position_of, plans) count host pages too; observations cover device_len() tokens.
+  /// std::logic_error for a policy without page digests, or one observing key norms (they cover held tokens).
+  virtual void use_host_tier(const memdecay::host_tier_config&) {
+    throw std::logic_error("this policy cannot have a host tier (no page digests)");
+  }
+  [[nodiscard]] virtual bool has_host_tier() const { return false; }
+  [[nodiscard]] virtual std::size_t device_len() const { return kv_len(); }
+  [[nodiscard]] virtual bool on_device(std::size_t /*page*/) const { return true; }
+  /// Digests (Quest min/max of the keys, every layer's heads as KV heads) for every device page without one: the
+  /// pages that filled or grew since the last call. Recall needs them on every page that may go to host.
+  virtual void digest_pages(const page_keys_fn&, std::size_t /*heads*/, std::size_t /*head_dim*/) {
+    throw std::logic_error("this policy has no page digests");
+  }
+  [[nodiscard]] virtual memdecay::recall_plan select_recall(std::span<const float> /*query*/) const {
+    throw std::logic_error("this policy has no host tier");
+  }
+  /// commit with the host store doing the demoted pages' copies (all or nothing).
+  virtual void commit(const plan_type&, pool_type&, std::uint64_t, host_store_type&) {
+    throw std::logic_error("this policy has no host tier");
+  }
+  /// The promoted pages' fresh blocks, in page order (their K/V already copied in from the store).
+  virtual std::vector<std::int32_t> commit_recall(const memdecay::recall_plan&, pool_type&, std::uint64_t,
+                                                  host_store_type&) {
+    throw std::logic_error("this policy has no host tier");
+  }
 };
 
 /// any_sequence over one sequence type.
@@ -150,14 +184,8 @@ class erased_sequence final : public any_sequence {
     if constexpr (has_digests) {
       if (!query_) any_sequence::observe_queries(q);
       if (query_->key_norms) return observe_key_norms(q);
-      if (!seq_.has_digests())
-        seq_.enable_digests({.kv_heads = q.heads, .head_dim = q.head_dim, .storage = query_->storage});
-      for (std::size_t p = 0; p < seq_.num_pages(); ++p)
-        if (!seq_.digests().has_digest(p)) {
-          q.page_keys(p, keys_);
-          seq_.set_page_keys(p, keys_);
-        }
-      const std::size_t size = q.heads * q.head_dim, pages = seq_.num_pages();
+      digest_pages(q.page_keys, q.heads, q.head_dim);
+      const std::size_t size = q.heads * q.head_dim, pages = seq_.device_pages();
       mass_.assign(pages, 0.0f);
       const std::size_t first = query_->last_query_only && q.n > 0 ? q.n - 1 : 0;
       for (std::size_t t = first; t < q.n; ++t) {
@@ -172,11 +200,66 @@ class erased_sequence final : public any_sequence {
   }
   [[nodiscard]] signal_error signal_error_so_far() const override { return error_; }
 
+  void use_host_tier(const memdecay::host_tier_config& cfg) override {
+    if constexpr (has_digests) {
+      if (query_ && query_->key_norms)
+        throw std::logic_error("the key-norm signal covers every held token: it has no host tier here");
+      seq_.enable_host_tier(cfg);
+    } else {
+      any_sequence::use_host_tier(cfg);
+    }
+  }
+  [[nodiscard]] bool has_host_tier() const override {
+    if constexpr (has_digests) return seq_.has_host_tier();
+    return false;
+  }
+  [[nodiscard]] std::size_t device_len() const override {
+    if constexpr (has_digests) return seq_.device_len();
+    return seq_.kv_len();
+  }
+  [[nodiscard]] bool on_device(std::size_t page) const override {
+    if constexpr (has_digests) return seq_.residency(page) == memdecay::page_residency::device;
+    return true;
+  }
+  void digest_pages(const page_keys_fn& page_keys, std::size_t heads, std::size_t head_dim) override {
+    if constexpr (has_digests) {
+      if (!seq_.has_digests())
+        seq_.enable_digests({.kv_heads = heads,
+                             .head_dim = head_dim,
+                             .storage = query_ ? query_->storage : memdecay::digest_storage::f16});
+      for (std::size_t p = 0; p < seq_.num_pages(); ++p)
+        if (!seq_.digests().has_digest(p) && on_device(p)) {
+          page_keys(seq_.has_host_tier() ? seq_.device_index(p) : p, keys_);
+          seq_.set_page_keys(p, keys_);
+        }
+    } else {
+      any_sequence::digest_pages(page_keys, heads, head_dim);
+    }
+  }
+  [[nodiscard]] memdecay::recall_plan select_recall(std::span<const float> query) const override {
+    if constexpr (has_digests) return seq_.select_recall(query);
+    return any_sequence::select_recall(query);
+  }
+  void commit(const plan_type& plan, pool_type& table, std::uint64_t sequence, host_store_type& store) override {
+    if constexpr (has_digests)
+      seq_.commit(plan, table, sequence, store);
+    else
+      any_sequence::commit(plan, table, sequence, store);
+  }
+  std::vector<std::int32_t> commit_recall(const memdecay::recall_plan& plan, pool_type& table,
+                                          std::uint64_t sequence, host_store_type& store) override {
+    if constexpr (has_digests) return seq_.commit_recall(plan, table, sequence, store).inserted;
+    return any_sequence::commit_recall(plan, table, sequence, store);
+  }
+
  private:
-  // A per-token row summed per resident page (page order, as the sequence's tokens).
+  // A per-token row summed per device page (page order, as the sequence's device tokens).
   void per_page(std::span<const float> per_token, std::vector<float>& out) const {
     const std::size_t P = seq_.page_size();
-    out.assign(seq_.num_pages(), 0.0f);
+    if constexpr (has_digests)
+      out.assign(seq_.device_pages(), 0.0f);
+    else
+      out.assign(seq_.num_pages(), 0.0f);
     for (std::size_t i = 0; i < per_token.size() && i / P < out.size(); ++i) out[i / P] += per_token[i];
   }
   // The total variation distance between the estimated per-page mass and the measured one.
@@ -243,20 +326,31 @@ struct enforced {
   std::size_t pages = 0;     ///< pages committed (evicted)
   bool selected = false;     ///< the budget was exceeded, so a plan was made
   bool over_budget = false;  ///< the plan could not reach the budget (pinned / protected pages)
+  std::size_t demoted = 0;       ///< of `pages`, those that went to the host tier
+  std::size_t host_dropped = 0;  ///< host pages dropped to make room for better ones
 };
 
-/// When resident tokens exceed the budget's high watermark: selects, lets `inspect(plan)` see the plan before it
-/// is applied, and commits it to the table and the sequence together (nothing when the plan is empty).
+/// When device tokens exceed the budget's high watermark: selects, lets `inspect(plan)` see the plan before it
+/// is applied, and commits it to the table and the sequence together (nothing when the plan is empty); with a
+/// host store, the demoted pages' K/V go to it in the same commit.
 template <class Inspect>
-enforced enforce_budget(any_sequence& seq, any_sequence::pool_type& table, std::uint64_t sequence, Inspect&& inspect) {
+enforced enforce_budget(any_sequence& seq, any_sequence::pool_type& table, std::uint64_t sequence, Inspect&& inspect,
+                        any_sequence::host_store_type* store = nullptr) {
   enforced out;
-  if (seq.kv_len() <= seq.budget_high_tokens()) return out;
+  if (seq.device_len() <= seq.budget_high_tokens()) return out;
   out.selected = true;
   const auto plan = seq.select_for_budget();
   out.over_budget = plan.pages_over_budget > 0;
   out.pages = plan.pages.size();
+  out.demoted = plan.demoted.size();
+  out.host_dropped = plan.host_dropped.size();
   inspect(plan);
-  if (!plan.pages.empty()) seq.commit(plan, table, sequence);
+  if (!plan.pages.empty() || !plan.host_dropped.empty()) {
+    if (store != nullptr)
+      seq.commit(plan, table, sequence, *store);
+    else
+      seq.commit(plan, table, sequence);
+  }
   return out;
 }
 inline enforced enforce_budget(any_sequence& seq, any_sequence::pool_type& table, std::uint64_t sequence) {

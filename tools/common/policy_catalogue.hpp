@@ -63,6 +63,10 @@ inline constexpr std::size_t scissorhands_history = 64;      ///< the paper's m 
 inline constexpr std::size_t scissorhands_recent = 10;       ///< the paper's r = 10 (Cold Compress --recent_window)
 inline constexpr std::size_t snapkv_window = 64;             ///< SnapKVCluster(window_size=64)
 inline constexpr std::size_t snapkv_kernel = 5;              ///< kernel_size=5, pooling='avgpool'
+// ArkVale (Chen et al., NeurIPS 2024; pku-liang/ArkVale source/arkvale/infer_state.py): InferState's defaults.
+inline constexpr std::size_t arkvale_sink_pages = 2;    ///< n_sink_pages=2
+inline constexpr std::size_t arkvale_window_pages = 2;  ///< n_win_pages=2 (the page being filled and the one before)
+inline constexpr std::size_t arkvale_page_size = 32;    ///< adapter.enable_arkvale(page_size=32)
 }  // namespace source_params
 
 /// MemDecay in one normalisation mode (memdecay::sequence: the one evictor with policies::memdecay).

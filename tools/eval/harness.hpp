@@ -172,6 +172,76 @@ void observe_queries(memdecay_tools::any_sequence& policy, const Session& sessio
   }
 }
 
+// A run's host pool (policies with a host tier): host slots holding demoted blocks' K/V and first positions, the
+// library's host_block_store over them, and the bytes its copies moved. Sized for every page of the episode, so
+// the host tier's own budget (the library's) is what limits it.
+template <class Session>
+class host_pool {
+ public:
+  host_pool(Session& session, std::size_t pages, run_result& res) {
+    if constexpr (requires(std::span<float> kv, std::uint32_t& pos) {
+                    session.save_block(std::int32_t{}, kv, pos);
+                    session.block_floats();
+                  }) {
+      const std::size_t floats = session.block_floats();
+      kv_.assign(pages * floats, 0.0f);
+      first_.assign(pages, 0);
+      store_.emplace(pages, [this, &session, &res, floats](md::copy_direction dir, const std::int32_t& block,
+                                                            std::size_t slot) {
+        const std::span<float> host(kv_.data() + slot * floats, floats);
+        if (dir == md::copy_direction::to_host)
+          session.save_block(block, host, first_[slot]);
+        else
+          session.load_block(block, std::span<const float>(host), first_[slot]);
+        res.moved_bytes += floats * sizeof(float);
+      });
+    } else {
+      (void)session, (void)pages, (void)res;
+      throw std::runtime_error("this session cannot copy blocks: policies with a host tier cannot run");
+    }
+  }
+  host_pool(const host_pool&) = delete;
+  host_pool& operator=(const host_pool&) = delete;
+  [[nodiscard]] memdecay_tools::any_sequence::host_store_type& store() { return *store_; }
+
+ private:
+  std::vector<float> kv_;
+  std::vector<std::uint32_t> first_;
+  std::optional<memdecay_tools::any_sequence::host_store_type> store_;
+};
+
+// Digests of every device page that has none (the pages that filled or grew this step), from the session's keys.
+template <class Session>
+void digest_pages(memdecay_tools::any_sequence& policy, const Session& session) {
+  if constexpr (requires(std::vector<float> & keys) { session.page_keys(std::size_t{}, keys); }) {
+    policy.digest_pages([&session](std::size_t page, std::vector<float>& keys) { session.page_keys(page, keys); },
+                        session.layers() * session.heads(), session.head_dim());
+  } else {
+    throw std::runtime_error("this session gives no keys: policies with a host tier cannot run");
+  }
+}
+
+// Asks the host tier which pages `query` (every layer's heads stacked) wants back and commits the plan, the K/V
+// moving through the host pool.
+template <class Session>
+void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_pool<Session>& pool,
+                std::span<const float> query, run_result& res) {
+  const auto plan = policy.select_recall(query);
+  if (plan.empty()) return;
+  (void)policy.commit_recall(plan, session.table(), session.sequence(), pool.store());
+  ++res.recalls;
+  res.promoted_pages += plan.promote.size();
+  res.demoted_pages += plan.demote.size();
+}
+
+// The absolute positions of the policy's device tokens in order: what the session's block table must hold.
+inline void device_positions(const memdecay_tools::any_sequence& policy, std::vector<std::uint32_t>& out) {
+  out.clear();
+  const std::size_t P = policy.page_size();
+  for (std::size_t j = 0; j < policy.kv_len(); ++j)
+    if (policy.on_device(j / P)) out.push_back(static_cast<std::uint32_t>(policy.position_of(j)));
+}
+
 /// One policy run of one episode (from a fork of the full cache, or from scratch).
 template <class Session>
 run_result run_policy(const episode& ep, const schedule& sch, const episode_vocab& vocab,
@@ -197,6 +267,13 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
   } else {
     policy = spec.kind.make(cfg);
+  }
+  if (spec.kind.host) {
+    md::host_tier_config tier = *spec.kind.host;
+    tier.host_budget = spec.kind.host_fraction < 0
+                           ? md::budget_config{}
+                           : md::budget_config::tokens(static_cast<double>(budget_of(spec.kind.host_fraction, n)));
+    policy->use_host_tier(tier);
   }
   const std::string label = spec.label();
   auto hook = [&](call_kind what, std::size_t i, std::size_t value) {
@@ -239,16 +316,30 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     own.emplace(make(spec.page_size, n));
   }
   Session& session = *own;
+  const bool tiered = policy->has_host_tier();
+  std::optional<host_pool<Session>> host;
+  if (tiered) host.emplace(session, (n + spec.page_size - 1) / spec.page_size, res);
 
-  std::vector<float> row;
+  std::vector<float> row, query;
   std::vector<std::uint8_t> resident;
+  std::vector<std::uint32_t> expected_positions;
+  // Device tokens of the fact of probe k now: what the answer can attend to.
+  auto fact_on_device = [&](const probe& p) {
+    resident.assign(n, 0);
+    const std::size_t P = spec.page_size;
+    for (std::size_t j = 0; j < policy->kv_len(); ++j)
+      if (policy->on_device(j / P)) resident[policy->position_of(j)] = 1;
+    bool alive = true;
+    for (std::uint32_t j = p.fact_first; j < p.fact_first + p.fact_length; ++j) alive = alive && resident[j] != 0;
+    return alive;
+  };
   for (std::size_t i = start; i < sch.steps.size(); ++i) {
     const auto& st = sch.steps[i];
     policy->append(st.region, st.count);
     hook(call_kind::policy_append, i, st.count);
     auto r = session.append(std::span<const std::int32_t>(ep.tokens.data() + st.first, st.count));
     hook(call_kind::session_append, i, st.count);
-    sum_layers(r.layer_mass, policy->kv_len(), row);
+    sum_layers(r.layer_mass, policy->device_len(), row);
     if (policy->observes_queries())
       observe_queries(*policy, session, r, row);
     else
@@ -256,17 +347,36 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     hook(call_kind::policy_observe, i, row.size());
     policy->advance_to(static_cast<md::step_t>(i + 1));
     hook(call_kind::advance, i, i + 1);
-    const auto e = memdecay_tools::enforce_budget(*policy, session.table(), session.sequence());
+    if (tiered) digest_pages(*policy, session);
+    const auto e = memdecay_tools::enforce_budget(
+        *policy, session.table(), session.sequence(), [](const auto&) {}, tiered ? &host->store() : nullptr);
     if (e.selected) {
       hook(call_kind::select, i, e.pages);
       if (e.pages > 0) hook(call_kind::commit, i, e.pages);
     }
     res.evicted_pages += e.pages;
     res.evicted_tokens += e.pages * spec.page_size;
-    const std::size_t kv = policy->kv_len();
+    res.demoted_pages += e.demoted;
+    res.host_dropped_pages += e.host_dropped;
+    if constexpr (requires { r.layer_queries; })
+      if (tiered) {  // the next step's pages, chosen with the latest query (the step's last), every layer's heads
+        const std::size_t L = r.layer_queries.size(), d = L == 0 ? 0 : r.layer_queries[0].size() / st.count;
+        query.resize(L * d);
+        for (std::size_t l = 0; l < L; ++l)
+          std::copy_n(r.layer_queries[l].data() + (st.count - 1) * d, d, query.data() + l * d);
+        recall_for(*policy, session, *host, query, res);
+      }
+    const std::size_t kv = policy->device_len();
     if (session.resident_tokens() != kv)
       throw std::runtime_error(label + ": the session holds " + std::to_string(session.resident_tokens()) +
                                " tokens, the policy " + std::to_string(kv) + " (step " + std::to_string(i) + ")");
+    if constexpr (requires { session.resident_positions(); })
+      if (tiered) {  // a recalled page is back at its original place
+        device_positions(*policy, expected_positions);
+        if (session.resident_positions() != expected_positions)
+          throw std::runtime_error(label + ": the session's device tokens are not at the policy's positions (step " +
+                                   std::to_string(i) + ")");
+      }
     res.max_resident = std::max<std::uint64_t>(res.max_resident, kv);
     if (kv > budget) {
       if (e.over_budget)
@@ -274,14 +384,16 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
       else
         ++res.budget_violations;
     }
-    if (sch.probes_after[i].empty()) continue;
-    resident.assign(n, 0);
-    for (std::size_t j = 0; j < kv; ++j) resident[policy->position_of(j)] = 1;
     for (std::size_t k : sch.probes_after[i]) {
       const auto& p = ep.probes[k];
-      bool alive = true;
-      for (std::uint32_t j = p.fact_first; j < p.fact_first + p.fact_length; ++j) alive = alive && resident[j] != 0;
       const std::int32_t prompt[2] = {vocab.query, p.key};
+      if (tiered) {  // the question arrives: bring back what its query wants before answering
+        if constexpr (requires { session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query); }) {
+          session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query);
+          recall_for(*policy, session, *host, query, res);
+        }
+      }
+      const bool alive = fact_on_device(p);
       const bool ok = answered(session.answer(std::span<const std::int32_t>(prompt, 2), s.max_new), p.answer);
       hook(call_kind::probe, i, st.end());
       count_probe(k, ok, alive);

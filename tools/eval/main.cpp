@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -67,6 +68,7 @@ struct options {
   std::optional<double> alpha, tau, ewma_beta;
   std::optional<double> h2o_recent_fraction;
   std::optional<std::size_t> snapkv_window, scissorhands_history;
+  md::host_tier_config host;  // the +host variants' recall rule (the library's defaults unless told)
   bool progress = false, no_progress = false, list_policies = false;
 };
 
@@ -263,36 +265,50 @@ int run(options& o) {
   // Policies x page sizes.
   auto kinds = ev::all_policy_kinds(catalogue(o), settings.protection);
   kinds.push_back(ev::oracle_kind());
-  std::vector<ev::policy_kind> chosen;
-  for (const auto& name : o.policies) {
-    bool found = false;
+  kinds.push_back(ev::arkvale_kind(kinds));
+  // A policy by name: a catalogue entry, memdecay-<mode>+<ablation or signal>, NAME-unpinned, NAME+host<percent>.
+  std::function<std::optional<ev::policy_kind>(const std::string&)> named =
+      [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
-      if (name == "all" || name == k.name || (name == "baselines" && k.name.rfind("memdecay-", 0) != 0 && !k.oracle) ||
-          (name == "memdecay" && k.name.rfind("memdecay-", 0) == 0)) {
-        found = true;
-        if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; }))
-          chosen.push_back(k);
-      }
-    if (!found && name.rfind("memdecay-", 0) == 0 && name.find('+') != std::string::npos) {
+      if (name == k.name) return k;
+    if (const auto plus = name.rfind('+'); plus != std::string::npos && ev::is_host_suffix(name.substr(plus + 1))) {
+      if (auto base = named(name.substr(0, plus))) return ev::host_variant(*base, name.substr(plus + 1), o.host);
+      return std::nullopt;
+    }
+    if (name.rfind("memdecay-", 0) == 0 && name.find('+') != std::string::npos) {
       const std::string mode_name = name.substr(9, name.find('+') - 9), variant = name.substr(name.find('+') + 1);
       for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform,
                         md::attention_normalization::lifetime, md::attention_normalization::zscore})
         if (mode_name == md::to_string(mode) &&
             (std::find(ev::ablation_variants().begin(), ev::ablation_variants().end(), variant) !=
                  ev::ablation_variants().end() ||
-             ev::is_query_signal_variant(variant) || ev::is_observation_variant(variant))) {
-          found = true;
-          if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == name; }))
-            chosen.push_back(ev::memdecay_ablation(mode, variant, catalogue(o)));
-        }
+             ev::is_query_signal_variant(variant) || ev::is_observation_variant(variant)))
+          return ev::memdecay_ablation(mode, variant, catalogue(o));
     }
-    if (!found && name.ends_with("-unpinned"))
+    if (name.ends_with("-unpinned"))
       for (const auto& k : kinds)
-        if (name == k.name + "-unpinned") {
-          found = true;
-          if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == name; }))
-            chosen.push_back(ev::unpinned_variant(k));
-        }
+        if (name == k.name + "-unpinned") return ev::unpinned_variant(k);
+    return std::nullopt;
+  };
+  std::vector<ev::policy_kind> chosen;
+  auto choose = [&](const ev::policy_kind& k) {
+    if (std::none_of(chosen.begin(), chosen.end(), [&](const auto& c) { return c.name == k.name; }))
+      chosen.push_back(k);
+  };
+  for (const auto& name : o.policies) {
+    bool found = false;
+    for (const auto& k : kinds)
+      if ((name == "all" && !k.host) ||
+          (name == "baselines" && k.name.rfind("memdecay-", 0) != 0 && !k.oracle && !k.host) ||
+          (name == "memdecay" && k.name.rfind("memdecay-", 0) == 0)) {
+        found = true;
+        choose(k);
+      }
+    if (!found)
+      if (auto k = named(name)) {
+        found = true;
+        choose(*k);
+      }
     if (!found) {
       std::string names;
       for (const auto& k : kinds) names += " " + k.name;
@@ -300,7 +316,7 @@ int run(options& o) {
           "unknown policy '" + name + "' (known: all memdecay baselines" + names +
           ", any of them with -unpinned, memdecay-<mode>+<ablation> with ablation prior-only, attention-only, "
           "no-refresh, recent-half, page-max or page-mass, memdecay-<mode>+query or +query-tokens (the attention-free "
-          "signal))");
+          "signal), any policy with digests +host<percent> or +host-all (a host tier))");
     }
   }
   std::vector<ev::config_spec> configs;
@@ -508,6 +524,29 @@ int run(options& o) {
                << r.policy << " | " << r.page_size << " | " << r.result->signal_steps << " | "
                << r.result->signal_tv_sum / static_cast<double>(r.result->signal_steps) << " |\n";
   }
+  auto has_host = [&](const std::string& policy) {
+    return std::any_of(configs.begin(), configs.end(), [&](const auto& c) { return c.kind.name == policy && c.kind.host; });
+  };
+  if (std::any_of(rows.begin(), rows.end(), [&](const row& r) { return has_host(r.policy); })) {
+    md_out << "\nHost tier (docs/tiers.md): recall as a share of the full cache's, and what the tier moved: pages "
+              "promoted / demoted to host / dropped from host per step, and the K/V bytes the host pool copied per "
+              "episode token (fp32 blocks, both directions)\n\n"
+              "| model | tier | budget | policy | page | recall | of full | promoted/step | demoted/step | "
+              "host-dropped/step | bytes moved/token |\n|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (const auto& r : rows)
+      if (has_host(r.policy)) {
+        const auto& x = *r.result;
+        const auto tot = x.total();
+        const double steps = std::max<double>(1.0, static_cast<double>(x.steps));
+        char moved[64];
+        std::snprintf(moved, sizeof moved, "%.3f | %.3f | %.3f | %.0f", x.promoted_pages / steps,
+                      x.demoted_pages / steps, x.host_dropped_pages / steps,
+                      static_cast<double>(x.moved_bytes) / std::max<double>(1.0, static_cast<double>(x.tokens)));
+        md_out << "| " << r.model << " | " << r.tier << " | " << (r.budget ? budget_text(*r.budget) : "100%") << " | "
+               << r.policy << " | " << r.page_size << " | " << pct(tot.recalled, tot.probes) << " | "
+               << pct(tot.recalled, tot.ceiling) << " | " << moved << " |\n";
+      }
+  }
   md_out << "\nRecall per region of the fact\n\n| model | tier | budget | policy | page |";
   for (const auto& p : table.params()) md_out << " " << p.name << (p.pinned ? " (pinned)" : "") << " |";
   md_out << "\n|---|---|---:|---|---:|";
@@ -673,6 +712,13 @@ int run(options& o) {
       cell["budget_violations"] = x.budget_violations;
       cell["forked_steps"] = x.forked_steps;
       cell["max_resident"] = x.max_resident;
+      if (has_host(r.policy)) {  // what the host tier moved
+        cell["promoted_pages"] = x.promoted_pages;
+        cell["demoted_pages"] = x.demoted_pages;
+        cell["host_dropped_pages"] = x.host_dropped_pages;
+        cell["recalls"] = x.recalls;
+        cell["moved_bytes"] = x.moved_bytes;
+      }
       if (x.signal_steps > 0) {  // the attention-free signal against the measured attention
         cell["signal_steps"] = x.signal_steps;
         cell["signal_tv_mean"] = x.signal_tv_sum / static_cast<double>(x.signal_steps);
@@ -781,6 +827,15 @@ int main(int argc, char** argv) {
   app.add_option("--ewma-beta", o.ewma_beta, "MemDecay: EWMA factor per observation (default 0.9)");
   app.add_option("--h2o-recent-fraction", o.h2o_recent_fraction,
                  "H2O: the recent window's share of the budget (default 0.5, the source's heavy_ratio = recent_ratio)");
+  app.add_option("--host-min-stay", o.host.min_device_steps,
+                 "+host variants: steps a recalled page stays before it may be demoted again")
+      ->capture_default_str();
+  app.add_option("--host-hysteresis", o.host.hysteresis,
+                 "+host variants: logits a host page's bound must beat a device page's by to swap")
+      ->capture_default_str();
+  app.add_option("--host-min-priority", o.host.min_host_priority,
+                 "+host variants: a victim goes to host only if a token's region has a base priority >= this")
+      ->capture_default_str();
   app.add_option("--snapkv-window", o.snapkv_window,
                  "SnapKV: observations that vote (default 64, the source's window_size)");
   app.add_option(

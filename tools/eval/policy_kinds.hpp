@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -34,6 +35,10 @@ struct policy_kind {
   std::function<std::unique_ptr<memdecay_tools::any_sequence>(const md::config&)> make;
   bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
   bool observes_queries = false;  ///< on the attention-free signal: sees the step's queries, not its attention
+  /// With a host tier (docs/tiers.md): the device budget's victims go to a host pool and come back on a query's
+  /// bound. `host.host_budget` is ignored: the harness sets it per episode from `host_fraction`.
+  std::optional<md::host_tier_config> host;
+  double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -171,6 +176,73 @@ inline policy_kind unpinned_variant(const policy_kind& kind) {
       if (r.pinned) cfg.region_overrides.push_back({.region = r.name, .pinned = false});
     return make(cfg);
   };
+  return k;
+}
+
+/// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>"): the
+/// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
+/// being dropped, and come back when a query's Quest bound wants them (the harness asks after every step with its
+/// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the
+/// library's defaults: no region rule, every victim is worth the host; no hysteresis; a recalled page kept 4
+/// steps); "-stay<steps>" sets the minimum stay of this variant.
+inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
+  if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
+  auto number = [&](const std::string& digits, int most) {
+    if (digits.empty() || digits.size() > 3 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(digits) > most)
+      throw std::invalid_argument("unknown host tier '" + suffix +
+                                  "' (host1 .. host100: percent of the episode, or host-all; then -stay0 .. -stay999)");
+    return std::stoi(digits);
+  };
+  md::host_tier_config tier = rule;
+  const std::size_t stay = suffix.find("-stay");
+  const std::string size = suffix.substr(0, stay);
+  if (stay != std::string::npos) tier.min_device_steps = static_cast<md::step_t>(number(suffix.substr(stay + 5), 999));
+  double fraction = -1;
+  if (size != "host-all") {
+    if (size.rfind("host", 0) != 0) number("", 0);
+    fraction = number(size.substr(4), 100) / 100.0;
+    if (fraction <= 0) number("", 0);
+  }
+  kind.name += "+" + suffix;
+  kind.description += (fraction < 0 ? std::string("; host tier, unlimited") : "; host tier of " + size.substr(4) + "% of the episode") +
+                      " (min stay " + std::to_string(tier.min_device_steps) + " steps, hysteresis " +
+                      md::detail::to_text(tier.hysteresis) + ", min host priority " +
+                      md::detail::to_text(tier.min_host_priority) + ")";
+  kind.host = tier;
+  kind.host_fraction = fraction;
+  return kind;
+}
+inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
+
+/// ArkVale-style recallable eviction (Chen et al., NeurIPS 2024; the source's defaults in policy_catalogue.hpp's
+/// source_params): no attention and no region prior; every page scored by the current query's bound against its
+/// key digest (TOVA over the attention-free estimate from the step's last query: the ranking of the bounds),
+/// 2 sink pages and the last 2 pages kept, every victim backed up to an unlimited host pool, and host pages
+/// swapped back whenever their bound beats a device page's (no hysteresis, no minimum stay: ArkVale reselects its
+/// top pages every step). Departures: Quest's min/max digest (ArkVale's is centre +- mean distance, not a bound),
+/// one selection for every layer and head (ArkVale selects per layer), pinned regions kept as for every policy.
+inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue) {
+  namespace sp = memdecay_tools::source_params;
+  const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
+  if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
+  const memdecay_tools::query_signal_options o{.how = md::query_signal::bound_softmax, .last_query_only = true};
+  policy_kind k;
+  k.name = "arkvale";
+  k.description = "ArkVale-style: pages by the current query's digest bound, " + std::to_string(sp::arkvale_sink_pages) +
+                  " sink + " + std::to_string(sp::arkvale_window_pages) +
+                  " window pages, every victim to an unlimited host pool, recall by bound";
+  k.make = [make = tova->make, o](const md::config& base) {
+    md::config cfg = base;
+    cfg.protection = {.sink_pages = sp::arkvale_sink_pages, .recent_tokens = cfg.page_size};
+    auto seq = make(cfg);
+    seq->use_query_signal(o);
+    return seq;
+  };
+  k.observes_queries = true;
+  k.host = md::host_tier_config{.hysteresis = 0.0, .min_device_steps = 0};
+  k.host_fraction = -1;
   return k;
 }
 

@@ -113,6 +113,10 @@ struct run_result {
   /// measured per-page attention, over `signal_steps` steps (any_sequence.hpp's signal_error).
   double signal_tv_sum = 0;
   std::uint64_t signal_steps = 0;
+  /// Policies with a host tier: pages promoted back to the device, demoted to the host (by eviction or to make room
+  /// for a promotion), dropped from the host, recall plans that promoted something, and the K/V bytes the host
+  /// pool's copies moved (both directions, the engine's fp32 blocks).
+  std::uint64_t promoted_pages = 0, demoted_pages = 0, host_dropped_pages = 0, recalls = 0, moved_bytes = 0;
 
   void merge(const run_result& o) {
     for (std::size_t r = 0; r < regions.size(); ++r) regions[r].add(o.regions[r]);
@@ -128,6 +132,11 @@ struct run_result {
     max_resident = std::max(max_resident, o.max_resident);
     signal_tv_sum += o.signal_tv_sum;
     signal_steps += o.signal_steps;
+    promoted_pages += o.promoted_pages;
+    demoted_pages += o.demoted_pages;
+    host_dropped_pages += o.host_dropped_pages;
+    recalls += o.recalls;
+    moved_bytes += o.moved_bytes;
   }
   [[nodiscard]] region_counts total() const noexcept {
     region_counts t;
@@ -151,7 +160,9 @@ struct run_result {
     return a.episodes == b.episodes && a.tokens == b.tokens && a.steps == b.steps &&
            a.budget_tokens == b.budget_tokens && a.evicted_pages == b.evicted_pages &&
            a.evicted_tokens == b.evicted_tokens && a.over_budget_steps == b.over_budget_steps &&
-           a.budget_violations == b.budget_violations && a.max_resident == b.max_resident;
+           a.budget_violations == b.budget_violations && a.max_resident == b.max_resident &&
+           a.promoted_pages == b.promoted_pages && a.demoted_pages == b.demoted_pages &&
+           a.host_dropped_pages == b.host_dropped_pages && a.recalls == b.recalls && a.moved_bytes == b.moved_bytes;
   }
 };
 

@@ -132,6 +132,38 @@ class kv_session {
         std::copy(k, k + d_, out.data() + (t * L_ + l) * d_);
       }
   }
+  // The queries of the last token of `prompt`, as answer(prompt, ...) would compute them over the resident cache:
+  // every layer's (RoPE applied), layer after layer, head after head (layers x heads x head_dim), the layout of
+  // page_keys' rows. The session is unchanged. What an engine with a host tier has when a question arrives: the
+  // query that decides which offloaded pages to bring back before it attends.
+  void prompt_queries(std::span<const std::int32_t> prompt, std::vector<float>& out) const {
+    if (prompt.empty()) throw std::runtime_error("kv_session::prompt_queries: empty prompt");
+    model_->check_tokens(prompt, "kv_session::prompt_queries");
+    conv_probe_ = conv_state_;
+    probe_logits_.resize(static_cast<std::size_t>(model_->config().vocab));
+    std::vector<std::vector<float>> queries(L_, std::vector<float>(prompt.size() * d_, 0.0f));
+    forward(prompt, static_cast<std::uint32_t>(appended_), conv_probe_.data(), nullptr, 0, nullptr,
+            probe_logits_.data(), &queries);
+    out.resize(L_ * d_);
+    for (std::size_t l = 0; l < L_; ++l)
+      std::copy_n(queries[l].data() + (prompt.size() - 1) * d_, d_, out.data() + l * d_);
+  }
+
+  // One block's K/V and the position of its first slot, for a host tier: save_block copies them out of the pool,
+  // load_block into a block (the block the pool gave a recalled page: the page returns at its original positions,
+  // RoPE already applied to its keys). block_floats() floats per block: layers x {K, V} x page_size x d_model.
+  [[nodiscard]] std::size_t block_floats() const noexcept { return L_ * 2 * P_ * d_; }
+  void save_block(std::int32_t block, std::span<float> kv, std::uint32_t& first_pos) const {
+    const auto b = checked_block(block, kv.size(), "save_block");
+    std::copy_n(kv_.data() + slab(b, 0, 0), block_floats(), kv.data());
+    first_pos = block_first_pos_[b];
+  }
+  void load_block(std::int32_t block, std::span<const float> kv, std::uint32_t first_pos) {
+    const auto b = checked_block(block, kv.size(), "load_block");
+    std::copy_n(kv.data(), block_floats(), kv_.data() + slab(b, 0, 0));
+    block_first_pos_[b] = first_pos;
+  }
+
   [[nodiscard]] std::size_t layers() const noexcept { return L_; }
   [[nodiscard]] std::size_t heads() const noexcept { return H_; }
   [[nodiscard]] std::size_t head_dim() const noexcept { return hd_; }
@@ -161,6 +193,15 @@ class kv_session {
   // Offset of the K (kv = 0) or V (kv = 1) row of `slot` in block `block`, layer `layer`.
   [[nodiscard]] std::size_t slab(std::size_t block, std::size_t layer, std::size_t kv) const noexcept {
     return ((block * L_ + layer) * 2 + kv) * P_ * d_;
+  }
+  std::size_t checked_block(std::int32_t block, std::size_t floats, const char* call) const {
+    if (block < 0 || static_cast<std::size_t>(block) >= pool_.capacity())
+      throw std::runtime_error(std::string("kv_session::") + call + ": block " + std::to_string(block) +
+                               " is not one of the pool's " + std::to_string(pool_.capacity()));
+    if (floats != block_floats())
+      throw std::runtime_error(std::string("kv_session::") + call + ": " + std::to_string(floats) +
+                               " floats, a block holds " + std::to_string(block_floats()));
+    return static_cast<std::size_t>(block);
   }
   static std::size_t blocks_for(std::size_t page_size, std::size_t max_tokens) {
     if (page_size == 0 || (page_size & (page_size - 1)) != 0)
