@@ -271,6 +271,11 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
+    if (name.rfind("arkvale-hyst", 0) == 0) {
+      auto k = ev::arkvale_kind(kinds, ev::hysteresis_suffix(name.substr(12), name));
+      if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back
+      return k;
+    }
     if (const auto plus = name.rfind('+'); plus != std::string::npos && ev::is_host_suffix(name.substr(plus + 1))) {
       if (auto base = named(name.substr(0, plus))) return ev::host_variant(*base, name.substr(plus + 1), o.host);
       return std::nullopt;

@@ -179,12 +179,27 @@ inline policy_kind unpinned_variant(const policy_kind& kind) {
   return k;
 }
 
-/// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>"): the
+/// The hysteresis of a "-hyst<logits>" suffix ("-hyst1", "-hyst0.5"); std::invalid_argument for anything else.
+inline double hysteresis_suffix(const std::string& text, const std::string& name) {
+  std::size_t used = 0;
+  double h = -1;
+  try {
+    h = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (text.empty() || used != text.size() || !(h >= 0) || h > 100 || text.find_first_not_of("0123456789.") != std::string::npos)
+    throw std::invalid_argument("'" + name + "': -hyst takes logits in [0, 100], e.g. -hyst1 or -hyst0.5");
+  return h;
+}
+
+/// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>" and then
+/// "-hyst<logits>"): the
 /// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
 /// being dropped, and come back when a query's Quest bound wants them (the harness asks after every step with its
 /// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the
 /// library's defaults: no region rule, every victim is worth the host; no hysteresis; a recalled page kept 4
-/// steps); "-stay<steps>" sets the minimum stay of this variant.
+/// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis.
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
   auto number = [&](const std::string& digits, int most) {
@@ -196,9 +211,14 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
     return std::stoi(digits);
   };
   md::host_tier_config tier = rule;
-  const std::size_t stay = suffix.find("-stay");
-  const std::string size = suffix.substr(0, stay);
-  if (stay != std::string::npos) tier.min_device_steps = static_cast<md::step_t>(number(suffix.substr(stay + 5), 999));
+  std::string rest = suffix;
+  if (const std::size_t hyst = rest.find("-hyst"); hyst != std::string::npos) {
+    tier.hysteresis = hysteresis_suffix(rest.substr(hyst + 5), suffix);
+    rest = rest.substr(0, hyst);
+  }
+  const std::size_t stay = rest.find("-stay");
+  const std::string size = rest.substr(0, stay);
+  if (stay != std::string::npos) tier.min_device_steps = static_cast<md::step_t>(number(rest.substr(stay + 5), 999));
   double fraction = -1;
   if (size != "host-all") {
     if (size.rfind("host", 0) != 0) number("", 0);
@@ -223,7 +243,9 @@ inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 
 /// swapped back whenever their bound beats a device page's (no hysteresis, no minimum stay: ArkVale reselects its
 /// top pages every step). Departures: Quest's min/max digest (ArkVale's is centre +- mean distance, not a bound),
 /// one selection for every layer and head (ArkVale selects per layer), pinned regions kept as for every policy.
-inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue) {
+/// `hysteresis` > 0 (name "arkvale-hyst<logits>") departs from the source on purpose: it measures what the library's
+/// anti-thrash margin saves without a region prior.
+inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0) {
   namespace sp = memdecay_tools::source_params;
   const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
   if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
@@ -241,7 +263,11 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue) {
     return seq;
   };
   k.observes_queries = true;
-  k.host = md::host_tier_config{.hysteresis = 0.0, .min_device_steps = 0};
+  k.host = md::host_tier_config{.hysteresis = hysteresis, .min_device_steps = 0};
+  if (hysteresis > 0) {
+    k.name += "-hyst" + md::detail::to_text(hysteresis);
+    k.description += " (hysteresis " + md::detail::to_text(hysteresis) + " logits: not the source's)";
+  }
   k.host_fraction = -1;
   return k;
 }
