@@ -211,6 +211,48 @@ TEST(HostTier, ForgedAndStalePlansAreRejected) {
   for (std::size_t p : again.pages) EXPECT_EQ(seq.residency(p), md::page_residency::device);
 }
 
+// The host budget holds at every commit: a plan that would leave more pages on the host than its budget is refused,
+// and so is a host budget shrunk below the pages already there (no plan could then keep the tier within it: a
+// recall plan selected right after such a shrink was refused by its own commit; the API fuzzer found it).
+TEST(HostTier, TheHostBudgetCannotBeExceededByAPlanOrShrunkBelowTheHostPages) {
+  auto seq = filled(4, 8);
+  seq.enable_host_tier({.host_budget = md::budget_config::pages(3)});
+  const auto plan = seq.select_for_budget();
+  ASSERT_EQ(plan.demoted.size(), 3u);
+  ASSERT_GT(plan.pages.size(), 3u);
+  auto bad = plan;
+  bad.demoted = plan.pages;  // every victim to a host tier of 3
+  expect_unchanged<md::usage_error>(
+      seq, [&] { seq.commit(bad); }, "a plan over the host budget");
+  try {
+    seq.check_commit(bad);
+  } catch (const md::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("leaves " + std::to_string(plan.pages.size()) + " pages on a host tier of 3"),
+              std::string::npos)
+        << e.what();
+  }
+  seq.commit(plan);
+  ASSERT_EQ(seq.host_pages(), 3u);
+  expect_unchanged<md::config_error>(
+      seq, [&] { seq.enable_host_tier({.host_budget = md::budget_config::pages(2)}); }, "a shrink below the host pages");
+  try {
+    seq.enable_host_tier({.host_budget = md::budget_config::pages(1)});
+  } catch (const md::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("host_tier.host_budget.high = 1 holds 1 pages, fewer than the 3"),
+              std::string::npos)
+        << e.what();
+  }
+  // To exactly the host pages: allowed, and a recall plan selected then commits (a swap keeps the tier full).
+  seq.enable_host_tier({.host_budget = md::budget_config::pages(3)});
+  seq.enable_digests({.kv_heads = 1, .head_dim = 2});
+  for (std::size_t p = 0; p < seq.num_pages(); ++p) set_page_key(seq, p, seq.residency(p) == md::page_residency::host ? 9.0f : 0.1f, 0.0f);
+  const std::vector<float> query{1.0f, 0.0f};
+  const auto recall = seq.select_recall(query);
+  ASSERT_FALSE(recall.promote.empty());
+  EXPECT_NO_THROW(seq.commit_recall(recall));
+  EXPECT_LE(seq.host_pages(), 3u);
+}
+
 TEST(HostTier, TheDevicePageTableLosesDemotedAndDroppedPagesOnly) {
   auto seq = filled(4, 8);
   seq.enable_host_tier({.host_budget = md::budget_config::pages(3)});
@@ -456,6 +498,32 @@ TEST(HostTierSnapshot, CraftedResidenciesAreRejectedByOffsetAndAVersionTwoSnapsh
   b[flags_at + pages + 4 * 3 + 2] = std::byte{0};
   b[flags_at + pages + 4 * 3 + 3] = std::byte{0};
   expect_rejected(b, "on the host and recalled");
+  // More host pages than the tier's budget holds: every full unpinned page on the host, under a budget of 1 page.
+  {
+    md::sequence small = filled(4, 8);
+    small.enable_host_tier({.host_budget = md::budget_config::pages(1)});
+    small.commit(small.select_for_budget());
+    ASSERT_EQ(small.host_pages(), 1u);
+    auto c = md::snapshot::save(small);
+    const std::size_t small_flags = c.size() - small.num_pages() * 5;
+    for (std::size_t p = 1; p + 1 < small.num_pages(); ++p)
+      if (c[small_flags + p] == std::byte{0} && small.residency(p) == md::page_residency::device) {
+        c[small_flags + p] = std::byte{1};
+        break;
+      }
+    md::detail::seal_snapshot(c);
+    md::sequence target(small.get_config());
+    const auto before = target.digest();
+    try {
+      md::snapshot::load(target, c);
+      ADD_FAILURE() << "accepted a host tier over its budget";
+    } catch (const md::input_error& e) {
+      EXPECT_NE(std::string(e.what()).find("2 pages on the host, more than its budget holds (1)"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("offset"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(target.digest(), before);
+  }
 
   // Version 2: no host-tier section.
   md::sequence plain = filled(4, 8);

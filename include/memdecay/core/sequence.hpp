@@ -179,12 +179,17 @@ class basic_sequence {
   // --- host tier (tiers/host_tier.hpp) ------------------------------------------------------------------------
   /// Demotes to a host tier from now on (config_error naming the field, changing nothing, for an invalid config;
   /// usage_error for a managed sequence: the manager's global budget counts device pages only). Enabling again
-  /// changes the rules and keeps every page where it is.
+  /// changes the rules and keeps every page where it is; a host budget that holds fewer pages than the host tier
+  /// holds now is a config_error (no plan could then keep the tier within its budget: recall them first).
   void enable_host_tier(const host_tier_config& cfg) {
     cfg.validate();
     if (mark_.owned)
       detail::raise_usage("enable_host_tier: this sequence is owned by a manager, which has no host tier");
     if (tier_) {
+      if (const std::size_t holds = cfg.host_capacity_pages(page_size(), logical_len()); holds < host_pages())
+        detail::raise_config("host_tier.host_budget.high = " + detail::to_text(cfg.host_budget.high) + " holds " +
+                             detail::to_text(holds) + " pages, fewer than the " + detail::to_text(host_pages()) +
+                             " on the host tier now (recall them first)");
       tier_->reconfigure(cfg);
     } else {
       page_residencies next(cfg);
@@ -943,6 +948,10 @@ class basic_sequence {
     for (std::size_t p : plan.host_dropped)
       if (p >= num_pages() || !tier_->on_host(p))
         detail::raise_usage("plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
+    const std::size_t capacity = tier_->config().host_capacity_pages(page_size(), logical_len());
+    if (const std::size_t after = host_pages() - plan.host_dropped.size() + plan.demoted.size(); after > capacity)
+      detail::raise_usage("plan leaves " + detail::to_text(after) + " pages on a host tier of " +
+                          detail::to_text(capacity));
   }
   void apply_recall(const recall_plan& plan) {
     if (plan.promote.empty() && plan.demote.empty() && plan.drop.empty()) return;

@@ -500,6 +500,10 @@ struct snapshot_access {
       for (std::size_t i = p * st.page_size(); i < (p + 1) * st.page_size(); ++i)
         if (regions.pinned(labels[i])) bad(flags_at + p, "is on the host and holds a pinned token");
     }
+    const auto hosted = static_cast<std::size_t>(std::count(flags.begin(), flags.end(), std::uint8_t{1}));
+    if (const std::size_t holds = c.host_capacity_pages(st.page_size(), st.logical_len()); hosted > holds)
+      raise_input("snapshot host tier at offset " + to_text(flags_at) + ": " + to_text(hosted) +
+                  " pages on the host, more than its budget holds (" + to_text(holds) + ")");
     page_residencies t(c);
     t.restore(std::move(flags), std::move(recalled));
     out = std::move(t);
