@@ -980,16 +980,22 @@ class basic_sequence {
     plan.page_size = page_size();
     plan.generation = generation();
     const auto status = page_statuses(caller_protected);
-    // (bound, page) pairs: ordered by bound, ties to the lower index, so the plan is a pure function.
-    std::vector<std::pair<float, std::size_t>> host, device;
-    for (std::size_t p = 0; p < num_pages(); ++p) {
+    // (bound, page) pairs: ordered by bound, ties to the lower index, so the plan is a pure function. Written
+    // without a branch on the status (host and device pages interleave at random: a branch per page mispredicted
+    // half the time and cost more than the rest of the decision).
+    const std::size_t n = num_pages();
+    std::vector<std::pair<float, std::size_t>> host(n), device(n);
+    std::size_t hosts = 0, devices = 0;
+    for (std::size_t p = 0; p < n; ++p) {
       // No bound to judge it by: no digest, or a NaN from a bound that overflowed both ways.
-      if ((digests_ && !digests_->has_digest(p)) || std::isnan(best[p])) continue;
-      if (status[p] == page_status::host)
-        host.emplace_back(best[p], p);
-      else if (status[p] == page_status::evictable)
-        device.emplace_back(best[p], p);
+      const bool judged = !(digests_ && !digests_->has_digest(p)) && !std::isnan(best[p]);
+      host[hosts] = {best[p], p};
+      device[devices] = {best[p], p};
+      hosts += judged && status[p] == page_status::host ? 1 : 0;
+      devices += judged && status[p] == page_status::evictable ? 1 : 0;
     }
+    host.resize(hosts);
+    device.resize(devices);
     const auto& rules = tier_->config();
     // A plan promotes at most k pages and displaces at most k: only the k best host pages and the k weakest device
     // pages matter, found in linear time and then sorted.
