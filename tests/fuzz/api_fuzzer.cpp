@@ -22,6 +22,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,8 +32,11 @@
 #include "memdecay/page_tables/block_pool.hpp"
 #include "memdecay/core/sequence.hpp"
 #include "memdecay/io/snapshot.hpp"
+#include "memdecay/tiers/host_store.hpp"
+#include "memdecay/tiers/host_tier.hpp"
 #include "common.hpp"
 #include "model.hpp"
+#include "tier_model.hpp"
 
 namespace {
 
@@ -151,6 +155,19 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
   return c;
 }
 
+/// The model's host tier rules as the library's.
+memdecay::host_tier_config tier_to_library(const model_tier_config& c) {
+  return {.host_budget = {static_cast<memdecay::budget_unit>(c.unit), c.high, std::nullopt},
+          .min_host_priority = c.min_host_priority,
+          .hysteresis = c.hysteresis,
+          .min_device_steps = c.min_device_steps,
+          .max_recall_pages = c.max_recall_pages};
+}
+
+/// What the fuzzer's host store throws when a fault is injected into one of its copies (not a memdecay error: the
+/// library must undo and let it through).
+struct injected_fault {};
+
 // ------------------------------------------------------------------------------------------------------------------
 // One run: a sequence type, its model, a pool that mirrors it (sequence id 0) and a few pool-only sequences.
 constexpr std::size_t k_max_tokens = 3000;  // keeps one input fast
@@ -164,7 +181,7 @@ class harness {
   using pool_type = memdecay::block_pool<>;
 
   harness(seq_type& seq, model_sequence<Float>& model, std::size_t pool_blocks)
-      : seq_(seq), m_(model), pool_(pool_blocks, seq.page_size()) {
+      : seq_(seq), m_(model), pool_(pool_blocks, seq.page_size()), device_kv_(pool_blocks, k_no_kv) {
     pm_.init(pool_blocks, seq.page_size());
     pool_.open(0);
     FUZZ_CHECK(pm_.open(0) == outcome::ok, "pool model open");
@@ -198,7 +215,9 @@ class harness {
         case 13: op_commit(in); break;
         case 14: op_pool(in); break;
         default:
-          if (in.flip(3))
+          if (code == 0xDF || code == 0xEF)  // the host tier: opcode values of their own (tests/fuzz/README.md)
+            op_tier(in);
+          else if (in.flip(3))
             op_snapshot(in);
           else if (in.flip(3))
             op_digests(in);
@@ -240,10 +259,11 @@ class harness {
       FUZZ_CHECK(st.position_of(i) == t.position, where + ": position of token " + std::to_string(i));
     }
     // The prefix-cache boundary: the first original page that is gone.
+    // The prefix-cache boundary: the first original page that is not on the device (gone, or on the host).
     std::optional<std::uint64_t> boundary;
-    if (m_.logical_len != m_.kv_len()) {
+    if (m_.logical_len != m_.kv_len() || m_.hosting()) {
       std::uint64_t p = 0;
-      while (p < m_.num_pages() && m_.tokens[p * m_.P].position == p * m_.P) ++p;
+      while (p < m_.num_pages() && m_.tokens[p * m_.P].position == p * m_.P && !m_.on_host(p)) ++p;
       boundary = p;
     }
     FUZZ_CHECK(seq_.prefix_cache_boundary() == boundary, where + ": prefix_cache_boundary");
@@ -270,7 +290,49 @@ class harness {
       FUZZ_CHECK(table.size() == s.blocks.size() && std::equal(table.begin(), table.end(), s.blocks.begin()),
                  where + ": block table of sequence " + std::to_string(s.id));
     }
-    FUZZ_CHECK(pool_.num_pages(0) == seq_.num_pages(), where + ": pool and sequence disagree on pages");
+    FUZZ_CHECK(pool_.num_pages(0) == seq_.device_pages(),
+               where + ": the device table holds other than the device pages");
+    compare_tier(where);
+  }
+  /// The residency model (tier_conformance_test's): every held page's origin, tier and last recall, the device and
+  /// host counts, device_index, the K/V tag in each device page's block (its origin: a recall put the right page
+  /// back at the right place), and the host store's slots.
+  void compare_tier(const std::string& where) {
+    FUZZ_CHECK(seq_.has_host_tier() == m_.tier.has_value(), where + ": has_host_tier");
+    FUZZ_CHECK(seq_.host_pages() == m_.host_pages(), where + ": host pages");
+    FUZZ_CHECK(seq_.device_len() == m_.device_len(), where + ": device_len");
+    FUZZ_CHECK(seq_.device_pages() == m_.device_pages(), where + ": device_pages");
+    const auto origins = seq_.state().page_origins();
+    FUZZ_CHECK(origins.size() == m_.num_pages(), where);
+    const auto table = pool_.block_table(0);
+    for (std::size_t p = 0, d = 0; p < m_.num_pages(); ++p) {
+      FUZZ_CHECK(origins[p] == m_.origin(p), where + ": origin of page " + std::to_string(p));
+      if (m_.tier) {
+        FUZZ_CHECK(seq_.host_tier().host_flags()[p] == m_.tier->on_host[p],
+                   where + ": residency of page " + std::to_string(p));
+        FUZZ_CHECK(seq_.host_tier().recalled_at()[p] == m_.tier->recalled_at[p],
+                   where + ": last recall of page " + std::to_string(p));
+      }
+      if (m_.on_host(p)) continue;
+      FUZZ_CHECK(d < table.size(), where);
+      FUZZ_CHECK(device_kv_[static_cast<std::size_t>(table[d])] == m_.origin(p),
+                 where + ": the block of device page " + std::to_string(p) + " holds the K/V of page " +
+                     std::to_string(device_kv_[static_cast<std::size_t>(table[d])]) + ", not of its origin " +
+                     std::to_string(m_.origin(p)));
+      ++d;
+    }
+    if (m_.tier) {
+      FUZZ_CHECK(seq_.host_tier().config().digest() == tier_to_library(m_.tier->cfg).digest(), where + ": tier rules");
+      for (std::size_t p = 0; p < m_.num_pages() && p < 64; ++p)
+        if (!m_.on_host(p)) FUZZ_CHECK(seq_.device_index(p) == m_.device_index(p), where + ": device_index");
+    }
+    if (store_) {
+      std::vector<std::pair<std::uint64_t, std::size_t>> want(ms_.slots.begin(), ms_.slots.end()), got;
+      for (const auto& [key, slot] : store_->entries()) got.emplace_back(key.second, slot);
+      FUZZ_CHECK(got == want, where + ": host store entries");
+      FUZZ_CHECK(std::equal(store_->free_list().begin(), store_->free_list().end(), ms_.free.begin(), ms_.free.end()),
+                 where + ": host store free list");
+    }
   }
   void compare_statuses(const std::string& where, const std::vector<std::size_t>& prot) {
     const auto got = seq_.page_statuses(prot);
@@ -285,11 +347,18 @@ class harness {
     std::uint64_t digest, generation;
     std::size_t pool_free;
     std::vector<std::int32_t> table0;
+    std::vector<std::pair<std::uint64_t, std::size_t>> store_slots;  // the host store's (origin, slot) entries
+    std::vector<std::size_t> store_free;
     bool operator==(const snapshot&) const = default;
   };
   snapshot snap() const {
     const auto t = pool_.block_table(0);
-    return {seq_.digest(), seq_.state().generation(), pool_.free_blocks(), {t.begin(), t.end()}};
+    snapshot s{seq_.digest(), seq_.state().generation(), pool_.free_blocks(), {t.begin(), t.end()}, {}, {}};
+    if (store_) {
+      for (const auto& [key, slot] : store_->entries()) s.store_slots.emplace_back(key.second, slot);
+      s.store_free.assign(store_->free_list().begin(), store_->free_list().end());
+    }
+    return s;
   }
   void check_unchanged_if_rejected(outcome o, const snapshot& before, const std::string& call) {
     if (o != outcome::ok) FUZZ_CHECK(snap() == before, call + " was rejected but changed the state");
@@ -379,6 +448,7 @@ class harness {
       check_unchanged_if_rejected(got_pool, before, "pool.append_tokens");
       if (got_pool != outcome::ok) return;
     }
+    const std::size_t device_pages_before = m_.device_pages();
     const outcome want = m_.append(spans);
     std::string call = as_labels ? "append_tokens(" : "append(";
     for (const auto& s : spans) call += "{" + std::to_string(int{s.first}) + "," + std::to_string(s.second) + "}";
@@ -397,6 +467,16 @@ class harness {
     }
     expect(got, want, call);
     check_unchanged_if_rejected(got, before, call);
+    if (got == outcome::ok) retag_device_blocks(device_pages_before);
+  }
+  /// The engine writes the K/V of new pages into their blocks: each device block's tag is its page's origin.
+  void retag_device_blocks(std::size_t from_device_page) {
+    const auto table = pool_.block_table(0);
+    for (std::size_t p = 0, d = 0; p < m_.num_pages(); ++p) {
+      if (m_.on_host(p)) continue;
+      if (d >= from_device_page && d < table.size()) device_kv_[static_cast<std::size_t>(table[d])] = m_.origin(p);
+      ++d;
+    }
   }
   void op_append_spans(reader& in) {
     std::vector<std::pair<std::uint8_t, std::size_t>> spans;
@@ -444,7 +524,7 @@ class harness {
     check_unchanged_if_rejected(got, before, "advance_to");
   }
   void op_observe_tokens(reader& in) {
-    const auto mass = mass_vector(in, m_.kv_len());
+    const auto mass = mass_vector(in, m_.device_len());  // observations cover the device tokens (docs/tiers.md)
     const auto before = snap();
     std::size_t want_refreshed = 0;  // x = scale * m > tau, with the scale of the state before the call
     for (Float m : mass) want_refreshed += m_.scale() * m > m_.tau ? 1 : 0;
@@ -458,7 +538,7 @@ class harness {
     if (got == outcome::ok) FUZZ_CHECK(refreshed == want_refreshed, "observe_tokens: refreshed count");
   }
   void op_observe_pages(reader& in) {
-    const auto mass = mass_vector(in, m_.num_pages());
+    const auto mass = mass_vector(in, m_.device_pages());
     const auto before = snap();
     const outcome want = m_.observe_pages(mass);
     const outcome got = run_call([&] { (void)seq_.observe_pages(mass); });
@@ -470,7 +550,7 @@ class harness {
   void op_observe_heads(reader& in) {
     // One or two heads, so that the reduction's summation order is unambiguous (a, or a + b).
     const Eigen::Index heads = 1 + in.u8() % 2;
-    std::size_t cols = m_.kv_len();
+    std::size_t cols = m_.device_len();
     if (in.flip(8)) cols = cols + 1;
     const bool mean = in.flip(2);
     Eigen::Matrix<Float, Eigen::Dynamic, Eigen::Dynamic> mat(heads, static_cast<Eigen::Index>(cols));
@@ -502,7 +582,7 @@ class harness {
     const auto hf = format == memdecay::mass_format::f16 ? memdecay::half_format::f16 : memdecay::half_format::bf16;
     const std::size_t pad = in.u8() % 4;
     const bool mean = in.flip(2);
-    const std::size_t tokens = m_.kv_len() + (in.flip(16) ? 1 : 0);
+    const std::size_t tokens = m_.device_len() + (in.flip(16) ? 1 : 0);
     const bool short_buffer = in.flip(16) && tokens > 0;  // rows of no tokens read nothing: any buffer holds them
     const std::size_t stride = tokens + pad;
     std::vector<float> f32(rows * stride, 0.0f);
@@ -531,8 +611,8 @@ class harness {
     const auto before = snap();
     std::size_t want_refreshed = 0;
     for (Float m : reduced) want_refreshed += m_.scale() * m > m_.tau ? 1 : 0;
-    const outcome want = short_buffer || tokens != m_.kv_len() || !elements_ok ? outcome::input_error
-                                                                                 : m_.observe_tokens(reduced);
+    const outcome want =
+        short_buffer || tokens != m_.device_len() || !elements_ok ? outcome::input_error : m_.observe_tokens(reduced);
     std::size_t refreshed = 0;
     const outcome got = run_call([&] {
       const auto view =
@@ -543,9 +623,8 @@ class harness {
       refreshed = seq_.observe_rows(view);
     });
     expect(got, want,
-           "observe_rows(" + std::to_string(rows) + "x" + std::to_string(tokens) + " " +
-               memdecay::to_string(format) + ", stride " + std::to_string(stride) + ", " +
-               std::to_string(elements) + " elements)");
+           "observe_rows(" + std::to_string(rows) + "x" + std::to_string(tokens) + " " + memdecay::to_string(format) +
+               ", stride " + std::to_string(stride) + ", " + std::to_string(elements) + " elements)");
     check_unchanged_if_rejected(got, before, "observe_rows");
     if (got == outcome::ok) FUZZ_CHECK(refreshed == want_refreshed, "observe_rows: refreshed count");
   }
@@ -565,6 +644,13 @@ class harness {
     FUZZ_CHECK(plan.pages_over_budget == want.over_budget, call + ": pages_over_budget");
     FUZZ_CHECK(plan.page_size == seq_.page_size(), call);
     FUZZ_CHECK(plan.generation == seq_.state().generation(), call);
+    // The host tier's split of the victims (tier_model.hpp, on the same scores); select(0) chooses nothing.
+    const auto split = k == 0 ? model_demotion{} : model_split(m_, want.pages, lib_scores);
+    FUZZ_CHECK(plan.demoted == split.demoted, call + ": demoted victims differ from the model's");
+    FUZZ_CHECK(plan.host_dropped == split.host_dropped, call + ": host-dropped pages differ from the model's");
+    if (!plan.demoted.empty() || !plan.host_dropped.empty())
+      trace("  demoted " + std::to_string(plan.demoted.size()) + ", host_dropped " +
+            std::to_string(plan.host_dropped.size()));
     const auto status = seq_.page_statuses(prot);
     for (std::size_t p : plan.pages)
       FUZZ_CHECK(status[p] == memdecay::page_status::evictable,
@@ -616,8 +702,8 @@ class harness {
     const auto want = m_.select_with(m_.page_scores(), k, prot);
     const auto [high, low] = m_.watermarks();
     if (want.eligible >= want.requested) {
-      const std::uint64_t after = m_.kv_len() - plan.pages.size() * m_.P;
-      FUZZ_CHECK(m_.kv_len() <= high || after <= low, "a feasible budget plan leaves the sequence above low");
+      const std::uint64_t after = m_.device_len() - plan.pages.size() * m_.P;
+      FUZZ_CHECK(m_.device_len() <= high || after <= low, "a feasible budget plan leaves the device above low");
       FUZZ_CHECK(plan.pages_over_budget == 0, "a feasible budget plan reports pages over budget");
     }
     remember(plan);
@@ -629,29 +715,53 @@ class harness {
     last_ = plan;
   }
 
-  enum class commit_path { pool, no_table, wrong_page_size, extra_tokens, fewer_tokens, not_open };
-  void commit(const plan_type& plan, commit_path path, const std::string& call) {
+  enum class commit_path { pool, no_table, wrong_page_size, extra_tokens, fewer_tokens, not_open, pool_store };
+  /// Commits an eviction plan through one of the paths and checks it against the model: with a host tier the
+  /// device table loses every page leaving the device (demoted or dropped), at its device index, and a host store
+  /// (commit_path::pool_store) receives the demoted pages' K/V first and releases the host-dropped pages' copies.
+  /// `fault`: the store's copy that throws (tests the undo), only on a commit the model accepts.
+  void commit(const plan_type& plan, commit_path path, const std::string& call, int fault = -1) {
     const auto before = snap();
-    outcome want = m_.check_plan(plan.generation, plan.page_size, plan.pages);
+    outcome want = m_.check_plan(plan.generation, plan.page_size, plan.pages, plan.demoted, plan.host_dropped);
+    // The host budget holds at every commit: a plan may not leave more pages on the host than it holds.
+    if (want == outcome::ok && m_.tier &&
+        m_.host_pages() - plan.host_dropped.size() + plan.demoted.size() >
+            model_host_capacity(m_.tier->cfg, m_.P, m_.logical_len))
+      want = outcome::usage_error;
+    std::vector<std::size_t> device;  // the plan's pages in the device table (a checked plan names device pages)
+    std::vector<std::uint64_t> demoted_origins, dropped_origins;
+    if (want == outcome::ok) {
+      for (std::size_t p : plan.pages) device.push_back(m_.device_index(p));
+      for (std::size_t p : plan.demoted) demoted_origins.push_back(m_.origin(p));
+      for (std::size_t p : plan.host_dropped) dropped_origins.push_back(m_.origin(p));
+    }
+    const bool uses_store = path == commit_path::pool_store && m_.tier.has_value();  // without a tier: unused
     outcome got = outcome::ok;
+    bool faulted = false;
     switch (path) {
-      case commit_path::pool:
-        if (want == outcome::ok) want = pm_.remove(0, plan.pages);
-        got = run_call([&] { seq_.commit(plan, pool_, 0); });
+      case commit_path::pool: got = run_call([&] { seq_.commit(plan, pool_, 0); }); break;
+      case commit_path::pool_store:
+        if (want == outcome::ok && uses_store) want = ms_.check_to_host(demoted_origins);
+        arm_fault(want == outcome::ok && uses_store ? fault : -1);
+        got = run_call([&] {
+          try {
+            seq_.commit(plan, pool_, 0, *store_);
+          } catch (const injected_fault&) {
+            faulted = true;
+          }
+        });
+        arm_fault(-1);
         break;
       case commit_path::no_table:
         got = run_call([&] { seq_.commit(plan); });
-        if (got == outcome::ok) {  // the engine removes the same pages from its table
-          FUZZ_CHECK(pm_.remove(0, plan.pages) == outcome::ok, "pool model remove");
-          pool_.remove_pages(0, plan.pages);
-        }
+        if (got == outcome::ok) pool_.remove_pages(0, device);  // the engine removes the same pages from its table
         break;
       default: {
         // A second table that disagrees with the sequence in one way. The sequence must reject or apply the
         // plan exactly as the documentation says; the main pool then follows an accepted plan.
         const std::size_t P = m_.P;
         const std::size_t ps = path == commit_path::wrong_page_size ? P * 2 : P;
-        std::size_t tokens = m_.kv_len();
+        std::size_t tokens = m_.device_len();
         if (path == commit_path::extra_tokens) tokens += 1 + (P > 1 ? (P - 1) / 2 : 0);
         if (path == commit_path::fewer_tokens) tokens = tokens ? tokens - 1 : 0;
         pool_type other((tokens + ps - 1) / ps + 1, ps);
@@ -661,27 +771,40 @@ class harness {
         }
         if (want == outcome::ok) {
           const std::size_t other_pages = (tokens + ps - 1) / ps;
-          if (path == commit_path::not_open || ps != P || other_pages != m_.num_pages()) {
+          if (path == commit_path::not_open || ps != P || other_pages != m_.device_pages()) {
             want = outcome::usage_error;
           } else {
-            for (std::size_t p : plan.pages)
-              if ((p + 1) * P > tokens) want = outcome::usage_error;
+            for (std::size_t d : device)
+              if ((d + 1) * P > tokens) want = outcome::usage_error;
           }
         }
         got = run_call([&] { seq_.commit(plan, other, 0); });
         if (got == outcome::ok) {
-          FUZZ_CHECK(other.num_pages(0) == m_.num_pages() - plan.pages.size(), call + ": other table not updated");
-          FUZZ_CHECK(pm_.remove(0, plan.pages) == outcome::ok, "pool model remove");
-          pool_.remove_pages(0, plan.pages);
+          FUZZ_CHECK(other.num_pages(0) == m_.device_pages() - plan.pages.size(), call + ": other table not updated");
+          pool_.remove_pages(0, device);
         }
         break;
       }
     }
     expect(got, want,
            call + " path " + std::to_string(static_cast<int>(path)) + " of " + std::to_string(plan.pages.size()) +
-               " pages at generation " + std::to_string(plan.generation));
+               " pages" +
+               (m_.tier ? " (" + std::to_string(plan.demoted.size()) + " demoted, " +
+                              std::to_string(plan.host_dropped.size()) + " host-dropped)"
+                        : std::string()) +
+               " at generation " + std::to_string(plan.generation) + (faulted ? ", the store's copy failed" : ""));
     check_unchanged_if_rejected(got, before, call);
-    if (got == outcome::ok) m_.remove(plan.pages);
+    if (faulted) {
+      FUZZ_CHECK(snap() == before, call + ": a failed copy to the host changed the state");
+      return;
+    }
+    if (got != outcome::ok) return;
+    FUZZ_CHECK(pm_.remove(0, device) == outcome::ok, "pool model remove");
+    if (uses_store) {
+      ms_.to_host(demoted_origins);
+      ms_.release(dropped_origins);
+    }
+    m_.commit_plan(plan.pages, plan.demoted, plan.host_dropped);
   }
   void op_commit(reader& in) {
     if (!last_) {
@@ -938,11 +1061,583 @@ class harness {
     FUZZ_CHECK(snap() == before, "a rejected snapshot changed the sequence");
   }
 
+  // --- the host tier (tier_model.hpp, docs/tiers.md) ------------------------------------------------------------
+  /// The tag of a block or host slot that holds no page's K/V.
+  static constexpr std::uint64_t k_no_kv = std::numeric_limits<std::uint64_t>::max();
+  /// The engine's copy engine for the host store: moves one page's K/V tag, and throws at the armed copy.
+  void copy_page(memdecay::copy_direction dir, std::int32_t block, std::size_t slot) {
+    if (fault_countdown_ == 0) {
+      fault_countdown_ = -1;
+      throw injected_fault{};
+    }
+    if (fault_countdown_ > 0) --fault_countdown_;
+    auto& d = device_kv_[static_cast<std::size_t>(block)];
+    if (dir == memdecay::copy_direction::to_host)
+      host_kv_[slot] = d;
+    else
+      d = host_kv_[slot];
+  }
+  struct copier {
+    harness* h;
+    void operator()(memdecay::copy_direction dir, const std::int32_t& block, std::size_t slot) const {
+      h->copy_page(dir, block, slot);
+    }
+  };
+  using store_type = memdecay::host_block_store<std::uint64_t, std::int32_t, copier>;
+  void arm_fault(int n) { fault_countdown_ = n; }
+  /// The host store is made at its first use, with 0-64 slots (a small one runs out: a short count).
+  void ensure_store(reader& in) {
+    if (store_) return;
+    static const std::size_t capacities[] = {64, 4, 2, 8, 0, 16};
+    const std::size_t capacity = in.pick(capacities);
+    store_.emplace(capacity, copier{this});
+    ms_.init(capacity);
+    host_kv_.assign(capacity, k_no_kv);
+    trace("host_block_store(" + std::to_string(capacity) + " slots)");
+  }
+
+  /// Tier operations (opcode 0xDF or 0xEF, then a byte): enable / disable the tier, select and commit a recall,
+  /// digest every full page, demote through the host store (or a forged plan), bad calls, forged recall plans.
+  void op_tier(reader& in) {
+    switch (in.u8() % 8) {
+      case 0: op_enable_tier(in); break;
+      case 1: op_disable_tier(); break;
+      case 2:
+      case 3: op_recall(in); break;
+      case 4: op_digest_pages(in); break;
+      case 5: op_demote(in); break;
+      case 6: op_tier_bad_calls(in); break;
+      default: op_recall_forged(in); break;
+    }
+  }
+
+  void op_enable_tier(reader& in) {
+    model_tier_config c;
+    const bool allow_bad = (in.u8() & 7) == 0;
+    c.unit = static_cast<model_budget_unit>(in.u8() % 4);
+    switch (c.unit) {
+      case model_budget_unit::unlimited: break;
+      case model_budget_unit::tokens: {
+        static const double highs[] = {0, 16, 48, 64, 256, 1e300};
+        c.high = in.pick(highs);
+        break;
+      }
+      case model_budget_unit::pages: {
+        static const double highs[] = {0, 1, 2, 3, 4, 8, 2.5};
+        c.high = in.pick(highs);
+        break;
+      }
+      case model_budget_unit::ratio: {
+        static const double highs[] = {0.1, 0.25, 0.5, 1.0, 2.0};
+        c.high = in.pick(highs);
+        break;
+      }
+    }
+    static const double bad_highs[] = {-1.0, nan_d, inf_d};
+    if (allow_bad && in.flip(3)) c.high = in.pick(bad_highs);
+    static const double priorities[] = {0.0, 0.35, 0.45, 0.5, 0.7, 1.0, 2.0, -1.0};
+    static const double bad_priorities[] = {nan_d, inf_d, -inf_d};
+    c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : in.pick(priorities);
+    static const double hystereses[] = {0.0, 0.0, 0.25, 1.0, 8.0};
+    static const double bad_hystereses[] = {-0.5, nan_d, inf_d};
+    c.hysteresis = allow_bad && in.flip(4) ? in.pick(bad_hystereses) : in.pick(hystereses);
+    static const std::uint32_t steps[] = {0, 1, 2, 4, 64};
+    c.min_device_steps = in.pick(steps);
+    static const std::size_t recalls[] = {1, 2, 3, std::numeric_limits<std::size_t>::max()};
+    c.max_recall_pages = allow_bad && in.flip(8) ? 0 : in.pick(recalls);
+    auto lib = tier_to_library(c);
+    const bool bad_unit = allow_bad && in.flip(16);
+    if (bad_unit) lib.host_budget.unit = static_cast<memdecay::budget_unit>(9);
+    const auto before = snap();
+    // Enabling again may not shrink the host budget below the pages on the host (no plan could keep it within).
+    const bool shrinks_below = m_.tier && model_tier_config_valid(c) && !bad_unit &&
+                               model_host_capacity(c, m_.P, m_.logical_len) < m_.host_pages();
+    const outcome want =
+        model_tier_config_valid(c) && !bad_unit && !shrinks_below ? outcome::ok : outcome::config_error;
+    const outcome got = run_call([&] { seq_.enable_host_tier(lib); });
+    expect(got, want,
+           "enable_host_tier(unit " + std::to_string(static_cast<int>(lib.host_budget.unit)) + " high " +
+               memdecay::detail::to_text(c.high) + ", min_host_priority " +
+               memdecay::detail::to_text(c.min_host_priority) + ", hysteresis " +
+               memdecay::detail::to_text(c.hysteresis) + ", steps " + std::to_string(c.min_device_steps) +
+               ", max_recall " + std::to_string(c.max_recall_pages) + ")");
+    check_unchanged_if_rejected(got, before, "enable_host_tier");
+    if (got != outcome::ok) return;
+    if (m_.tier) {
+      m_.tier->cfg = c;  // new rules, every page where it is
+    } else {
+      model_tier t;
+      t.cfg = c;
+      t.on_host.assign(m_.num_pages(), 0);
+      t.recalled_at.assign(m_.num_pages(), model_tier::never);
+      m_.tier = std::move(t);
+    }
+    ++m_.generation;
+  }
+
+  void op_disable_tier() {
+    const auto before = snap();
+    const outcome want = m_.hosting() ? outcome::usage_error : outcome::ok;
+    const outcome got = run_call([&] { seq_.disable_host_tier(); });
+    expect(got, want, "disable_host_tier() with " + std::to_string(m_.host_pages()) + " host pages");
+    check_unchanged_if_rejected(got, before, "disable_host_tier");
+    if (got == outcome::ok && m_.tier) {
+      m_.tier.reset();
+      ++m_.generation;
+    }
+  }
+
+  /// Digests every full page that has none (keys, or a min/max digest given directly, sometimes with a channel
+  /// whose minimum exceeds its maximum or a NaN: an input_error that changes nothing), enabling f32/f16 digests
+  /// first when there are none; then maybe observes a query (the attention-free signal over the device pages).
+  void op_digest_pages(reader& in) {
+    if (!seq_.has_digests() || in.flip(16)) {
+      const std::size_t kv = 1 + in.u8() % 2, dim = 1 + in.u8() % 4, group = 1 + in.u8() % 2;
+      const auto kind = in.flip(3) ? memdecay::digest_kind::mean_key : memdecay::digest_kind::min_max;
+      const auto storage = in.flip(2) ? memdecay::digest_storage::f32 : memdecay::digest_storage::f16;
+      seq_.enable_digests(
+          {.kv_heads = kv, .head_dim = dim, .query_heads = kv * group, .kind = kind, .storage = storage});
+      ++m_.generation;
+      trace("enable_digests(" + std::to_string(kv) + "x" + std::to_string(dim) + ", group " + std::to_string(group) +
+            ")");
+    }
+    const auto& layout = seq_.digests().layout();
+    const std::size_t row = layout.kv_heads * layout.head_dim;
+    const bool min_max = layout.kind == memdecay::digest_kind::min_max;
+    auto value = [&] { return static_cast<float>(static_cast<std::int8_t>(in.u8())) / 8; };
+    for (std::size_t p = 0; p < m_.num_pages() && p < 256; ++p) {
+      if (m_.page_count(p) != m_.P || seq_.digests().has_digest(p)) continue;
+      const auto before = snap();
+      outcome want = outcome::ok, got;
+      std::string call;
+      if (min_max && in.flip(2)) {
+        std::vector<float> lo(row), hi(row);
+        for (std::size_t c = 0; c < row; ++c) {
+          const float a = value(), b = value();
+          lo[c] = std::min(a, b), hi[c] = std::max(a, b);
+        }
+        const std::uint8_t bad = in.u8() % 16;
+        if (bad == 0 && lo[0] != hi[0]) std::swap(lo[0], hi[0]), want = outcome::input_error;
+        if (bad == 1) hi[row - 1] = std::numeric_limits<float>::quiet_NaN(), want = outcome::input_error;
+        got = run_call([&] { seq_.set_page_digest(p, lo, hi); });
+        call = "set_page_digest(" + std::to_string(p) + ")";
+      } else {
+        std::vector<float> keys(row * (1 + in.u8() % 4));
+        for (auto& k : keys) k = value();
+        got = run_call([&] { seq_.set_page_keys(p, keys); });
+        call = "set_page_keys(" + std::to_string(p) + ")";
+      }
+      expect(got, want, call);
+      check_unchanged_if_rejected(got, before, call);
+      if (got == outcome::ok) ++m_.generation;
+    }
+    if (in.flip(2)) observe_query_checked(make_query(in));
+  }
+  /// A query for the digests' layout (query_heads x head_dim), sometimes one value too long or short, or with a NaN.
+  std::vector<float> make_query(reader& in) {
+    std::size_t len = 4;
+    if (seq_.has_digests()) len = seq_.digests().layout().effective_query_heads() * seq_.digests().layout().head_dim;
+    const std::uint8_t shape = in.u8() % 16;
+    if (shape == 0) len += 1;
+    if (shape == 1 && len > 0) len -= 1;
+    std::vector<float> q(len);
+    for (auto& x : q) x = static_cast<float>(static_cast<std::int8_t>(in.u8())) / 16;
+    if (!q.empty() && in.flip(16)) q[in.u8() % q.size()] = std::numeric_limits<float>::quiet_NaN();
+    return q;
+  }
+  bool query_fits(const std::vector<float>& q) const {
+    if (!seq_.has_digests()) return false;
+    const auto& l = seq_.digests().layout();
+    if (q.size() != l.effective_query_heads() * l.head_dim) return false;
+    return std::all_of(q.begin(), q.end(), [](float x) { return std::isfinite(x); });
+  }
+  /// observe_query: exactly the model's observe_pages of estimate_query_attention (one entry per device page).
+  void observe_query_checked(const std::vector<float>& query) {
+    const auto before = snap();
+    std::vector<Float> estimate;
+    const outcome estimated = run_call([&] { estimate = seq_.estimate_query_attention(query); });
+    expect(estimated, query_fits(query) ? outcome::ok : outcome::input_error, "estimate_query_attention");
+    FUZZ_CHECK(snap() == before, "estimate_query_attention changed the state");
+    if (estimated == outcome::ok)
+      FUZZ_CHECK(estimate.size() == m_.device_pages(), "the estimate does not cover the device pages");
+    const outcome want = estimated == outcome::ok ? m_.observe_pages(estimate) : outcome::input_error;
+    const outcome got = run_call([&] { (void)seq_.observe_query(query); });
+    expect(got, want,
+           "observe_query(" + std::to_string(query.size()) + ") over " + std::to_string(m_.device_pages()) +
+               " device pages");
+    check_unchanged_if_rejected(got, before, "observe_query");
+  }
+
+  /// select_recall(query) checked against the model, then committed (or not) by one of the paths.
+  void op_recall(reader& in) {
+    const std::uint8_t how = in.u8();
+    const auto query = make_query(in);
+    const auto prot = protected_pages(in);
+    const auto before = snap();
+    const outcome want = !m_.tier              ? outcome::usage_error
+                         : !seq_.has_digests() ? outcome::usage_error
+                         : !query_fits(query)  ? outcome::input_error
+                                               : outcome::ok;
+    memdecay::recall_plan plan;
+    const outcome got = run_call([&] { plan = seq_.select_recall(query, prot); });
+    expect(got, want, "select_recall(" + std::to_string(query.size()) + ")");
+    FUZZ_CHECK(snap() == before, "select_recall changed the state");
+    if (got != outcome::ok) return;
+    const std::size_t heads = seq_.digests().layout().effective_query_heads(), n = m_.num_pages();
+    std::vector<float> bounds(heads * n);
+    seq_.query_page_bounds(query, bounds);
+    std::vector<float> best(n, -std::numeric_limits<float>::infinity());
+    for (std::size_t j = 0; j < heads; ++j)
+      for (std::size_t p = 0; p < n; ++p) best[p] = std::max(best[p], bounds[j * n + p]);
+    std::vector<bool> has_digest(n);
+    for (std::size_t p = 0; p < n; ++p) has_digest[p] = seq_.digests().has_digest(p);
+    compare_recall(plan, best, has_digest, prot, "select_recall");
+    remember_recall(plan);
+    static const recall_path paths[] = {recall_path::none, recall_path::pool,       recall_path::pool,
+                                        recall_path::pool, recall_path::pool_store, recall_path::pool_store,
+                                        recall_path::bare, recall_path::check_only};
+    const recall_path path = paths[how % 8];
+    if (path == recall_path::pool_store) ensure_store(in);
+    const int fault = (how & 0x30) == 0 ? (how >> 6) : -1;
+    if (path != recall_path::none) commit_recall(plan, path, "commit_recall(fresh)", fault);
+  }
+  void remember_recall(const memdecay::recall_plan& plan) {
+    older_recall_ = last_recall_;
+    last_recall_ = plan;
+  }
+  /// A recall plan against the model's decision on the same bounds, and the conformance suite's properties.
+  void compare_recall(const memdecay::recall_plan& plan, const std::vector<float>& best,
+                      const std::vector<bool>& has_digest, const std::vector<std::size_t>& prot,
+                      const std::string& call) {
+    trace(call + " -> promote " + std::to_string(plan.promote.size()) + ", demote " +
+          std::to_string(plan.demote.size()) + ", drop " + std::to_string(plan.drop.size()));
+    const auto want = model_select_recall(m_, best, has_digest, prot);
+    FUZZ_CHECK(plan.promote == want.promote, call + ": promotions differ from the model's");
+    FUZZ_CHECK(plan.demote == want.demote, call + ": demotions differ from the model's");
+    FUZZ_CHECK(plan.drop == want.drop, call + ": drops differ from the model's");
+    FUZZ_CHECK(plan.promote_bounds.size() == want.promote_bounds.size(), call + ": promote_bounds");
+    for (std::size_t k = 0; k < want.promote_bounds.size(); ++k)
+      FUZZ_CHECK(std::memcmp(&plan.promote_bounds[k], &want.promote_bounds[k], sizeof(float)) == 0,
+                 call + ": promote_bounds");
+    FUZZ_CHECK(plan.page_size == m_.P && plan.generation == m_.generation, call + ": page size or generation");
+    // tier_conformance_test's properties, independent of the decision rule's details.
+    const auto& rules = m_.tier->cfg;
+    const auto status = m_.statuses(prot);
+    FUZZ_CHECK(plan.promote.size() <= rules.max_recall_pages, call + ": more promotions than max_recall_pages");
+    FUZZ_CHECK(plan.demote.size() + plan.drop.size() <= plan.promote.size(),
+               call + ": displaces more than it promotes");
+    for (std::size_t p : plan.promote) FUZZ_CHECK(m_.on_host(p) && has_digest[p], call + ": promotes a device page");
+    std::vector<std::size_t> displaced;
+    std::merge(plan.demote.begin(), plan.demote.end(), plan.drop.begin(), plan.drop.end(),
+               std::back_inserter(displaced));
+    for (std::size_t p : plan.demote)
+      FUZZ_CHECK(status[p] == model_status::evictable && model_worthy(m_, p),
+                 call + ": demotes page " + std::to_string(p));
+    for (std::size_t p : plan.drop)
+      FUZZ_CHECK(status[p] == model_status::evictable && !model_worthy(m_, p),
+                 call + ": drops page " + std::to_string(p));
+    for (float b : plan.promote_bounds)
+      for (std::size_t d : displaced)
+        FUZZ_CHECK(static_cast<double>(b) > static_cast<double>(best[d]) + rules.hysteresis,
+                   call + ": a promotion does not beat a page it displaces by the hysteresis");
+    if (plan.promote.size() > displaced.size())
+      FUZZ_CHECK(m_.device_len() + (plan.promote.size() - displaced.size()) * m_.P <= m_.watermarks().first,
+                 call + ": recall beyond the device budget");
+    // The host tier never holds more than its budget, so a fresh plan always commits.
+    FUZZ_CHECK(m_.host_pages() <= model_host_capacity(rules, m_.P, m_.logical_len),
+               call + ": the host tier holds more than its budget");
+    FUZZ_CHECK(model_check_recall(m_, plan.generation, plan.page_size, want) == outcome::ok,
+               call + ": the model rejects a fresh recall plan");
+  }
+
+  enum class recall_path { none, pool, pool_store, bare, check_only };
+  /// commit_recall through the device table (block_pool::insert_pages), the table and a host store (maybe with an
+  /// injected fault), no table (the fuzzer then changes its table as the engine would), or check_recall alone.
+  void commit_recall(const memdecay::recall_plan& plan, recall_path path, const std::string& call, int fault = -1) {
+    const auto before = snap();
+    const model_recall mp{plan.promote, plan.demote, plan.drop, plan.promote_bounds};
+    outcome want = model_check_recall(m_, plan.generation, plan.page_size, mp);
+    std::vector<std::size_t> displaced;
+    std::vector<std::uint64_t> promoted_o, demoted_o, dropped_o, displaced_o;
+    const std::size_t n = plan.promote.size();
+    const bool insert_first = pm_.free.size() >= n;
+    if (want == outcome::ok) {
+      std::merge(plan.demote.begin(), plan.demote.end(), plan.drop.begin(), plan.drop.end(),
+                 std::back_inserter(displaced));
+      for (std::size_t p : plan.promote) promoted_o.push_back(m_.origin(p));
+      for (std::size_t p : plan.demote) demoted_o.push_back(m_.origin(p));
+      for (std::size_t p : plan.drop) dropped_o.push_back(m_.origin(p));
+      for (std::size_t p : displaced) displaced_o.push_back(m_.origin(p));
+      const bool fits = insert_first || pm_.free.size() + displaced.size() >= n;
+      if (path == recall_path::bare && !fits) path = recall_path::pool;  // the engine's table could not follow
+      if ((path == recall_path::pool || path == recall_path::pool_store) && !fits) want = outcome::input_error;
+      if (want == outcome::ok && path == recall_path::pool_store) {
+        want = ms_.check_to_host(insert_first ? demoted_o : displaced_o);
+        if (want == outcome::ok) want = ms_.check_to_device(promoted_o);
+      }
+    }
+    memdecay::recall_commit<std::int32_t> done;
+    outcome got = outcome::ok;
+    bool faulted = false;
+    switch (path) {
+      case recall_path::pool: got = run_call([&] { done = seq_.commit_recall(plan, pool_, 0); }); break;
+      case recall_path::pool_store:
+        arm_fault(want == outcome::ok ? fault : -1);
+        got = run_call([&] {
+          try {
+            done = seq_.commit_recall(plan, pool_, 0, *store_);
+          } catch (const injected_fault&) {
+            faulted = true;
+          }
+        });
+        arm_fault(-1);
+        break;
+      case recall_path::bare: got = run_call([&] { seq_.commit_recall(plan); }); break;
+      default: got = run_call([&] { seq_.check_recall(plan); }); break;
+    }
+    expect(got, want,
+           call + " path " + std::to_string(static_cast<int>(path)) + ": promote " + std::to_string(n) + ", demote " +
+               std::to_string(plan.demote.size()) + ", drop " + std::to_string(plan.drop.size()) + " at generation " +
+               std::to_string(plan.generation) + (faulted ? ", the store's copy failed" : ""));
+    check_unchanged_if_rejected(got, before, call);
+    if (faulted) {
+      FUZZ_CHECK(snap() == before, call + ": a failed copy changed the state");
+      compare_all(call + " after a failed copy");  // and every device block still holds its page's K/V
+      return;
+    }
+    if (got != outcome::ok || path == recall_path::check_only) {
+      FUZZ_CHECK(snap() == before, call + " changed the state");
+      return;
+    }
+    std::vector<bool> device(m_.num_pages());
+    for (std::size_t p = 0; p < device.size(); ++p) device[p] = !m_.on_host(p);
+    std::vector<std::int32_t> inserted = done.inserted;
+    if (path == recall_path::bare) inserted = mirror_recall(device, plan.promote, displaced);
+    const auto fresh = pm_.recall(0, device, plan.promote, displaced);
+    FUZZ_CHECK(inserted == fresh, call + ": the promoted pages' fresh blocks differ from the model's");
+    if (path == recall_path::pool_store) {
+      if (insert_first) {
+        ms_.to_host(demoted_o);
+      } else {
+        ms_.to_host(displaced_o);
+        ms_.release(dropped_o);
+      }
+      ms_.release(promoted_o);
+    } else {
+      for (std::size_t k = 0; k < n; ++k) device_kv_[static_cast<std::size_t>(inserted[k])] = promoted_o[k];
+    }
+    model_apply_recall(m_, mp);
+    // Each promoted page is back at its place: its held index (less the dropped pages before it) maps through
+    // device_index to the fresh block the table returned for it.
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t shift = static_cast<std::size_t>(
+          std::lower_bound(plan.drop.begin(), plan.drop.end(), plan.promote[k]) - plan.drop.begin());
+      const std::size_t at = seq_.device_index(plan.promote[k] - shift);
+      FUZZ_CHECK(at < pool_.num_pages(0) && pool_.block_table(0)[at] == inserted[k],
+                 call + ": promoted page " + std::to_string(plan.promote[k]) + " is not at its device index");
+    }
+  }
+  /// The engine's own table after commit_recall(plan): the same insertion and removal through block_pool.
+  std::vector<std::int32_t> mirror_recall(const std::vector<bool>& device, const std::vector<std::size_t>& promote,
+                                          const std::vector<std::size_t>& displaced) {
+    const bool insert_first = pool_.free_blocks() >= promote.size();
+    std::vector<std::size_t> insert_at, remove_at;
+    // merged: the table with the promoted pages in and the displaced ones still there (insertion first); device: the
+    // table now; kept: the table once the displaced pages are out (the insertion's positions after a removal).
+    for (std::size_t p = 0, merged = 0, dev = 0, kept = 0; p < device.size(); ++p) {
+      if (std::binary_search(promote.begin(), promote.end(), p)) {
+        insert_at.push_back(insert_first ? merged : kept);
+        ++merged, ++kept;
+        continue;
+      }
+      if (!device[p]) continue;
+      if (std::binary_search(displaced.begin(), displaced.end(), p))
+        remove_at.push_back(insert_first ? merged : dev);
+      else
+        ++kept;
+      ++merged, ++dev;
+    }
+    std::vector<std::int32_t> inserted;
+    if (insert_first) {
+      inserted = pool_.insert_pages(0, insert_at);
+      (void)pool_.remove_pages(0, remove_at);
+    } else {
+      (void)pool_.remove_pages(0, remove_at);
+      inserted = pool_.insert_pages(0, insert_at);
+    }
+    return inserted;
+  }
+
+  /// select_for_budget with the tier's split checked (compare_plan), then committed through the device table and
+  /// the host store (maybe with a fault), as selected or forged: a demotion of a page the plan does not take off
+  /// the device, a host drop of a device page (usage_error), no host drops at all or every victim demoted whatever
+  /// the region rule (accepted: commit checks only that the lists name the right tiers).
+  void op_demote(reader& in) {
+    ensure_store(in);
+    const auto prot = protected_pages(in);
+    const auto before = snap();
+    plan_type plan;
+    const outcome got = run_call([&] { plan = seq_.select_for_budget(prot); });
+    expect(got, outcome::ok, "select_for_budget()");
+    FUZZ_CHECK(snap() == before, "select_for_budget changed the state");
+    compare_plan(plan, m_.budget_request(), prot, "select_for_budget");
+    remember(plan);
+    const std::uint8_t forge = in.u8() % 8;
+    switch (forge) {
+      case 4:
+        plan.demoted.push_back(in.u8() % (m_.num_pages() + 1));
+        std::sort(plan.demoted.begin(), plan.demoted.end());
+        break;
+      case 5:
+        plan.host_dropped.push_back(in.u8() % (m_.num_pages() + 1));
+        std::sort(plan.host_dropped.begin(), plan.host_dropped.end());
+        break;
+      case 6: plan.host_dropped.clear(); break;
+      case 7: plan.demoted = plan.pages; break;
+      default: break;
+    }
+    const int fault = in.u8() % 4 == 0 ? in.u8() % 4 : -1;
+    commit(plan, in.flip(4) ? commit_path::pool : commit_path::pool_store,
+           "commit(tier forge " + std::to_string(forge) + ")", fault);
+  }
+
+  /// Calls the tier makes wrong: a held-length observation (tokens or pages) while pages are on the host,
+  /// residency / device_index of a page that does not exist or is on the host, host_tier() without a tier,
+  /// select_recall_for_bounds with bounds of the wrong length or a NaN.
+  void op_tier_bad_calls(reader& in) {
+    const auto before = snap();
+    switch (in.u8() % 4) {
+      case 0: {
+        std::vector<Float> mass(m_.kv_len(), m_.kv_len() ? Float{1} / static_cast<Float>(m_.kv_len()) : Float{0});
+        const outcome want = m_.observe_tokens(mass);
+        const outcome got = run_call([&] { (void)seq_.observe_tokens(mass); });
+        expect(got, want,
+               "observe_tokens(held length " + std::to_string(mass.size()) + ", device " +
+                   std::to_string(m_.device_len()) + ")");
+        check_unchanged_if_rejected(got, before, "observe_tokens(held length)");
+        return;
+      }
+      case 1: {
+        std::vector<Float> mass(m_.num_pages(), Float{0.125});
+        const outcome want = m_.observe_pages(mass);
+        const outcome got = run_call([&] { (void)seq_.observe_pages(mass); });
+        expect(got, want, "observe_pages(held pages " + std::to_string(mass.size()) + ")");
+        check_unchanged_if_rejected(got, before, "observe_pages(held pages)");
+        return;
+      }
+      case 2: {
+        const std::size_t p = in.u8() % (m_.num_pages() + 2);
+        memdecay::page_residency r{};
+        const outcome got = run_call([&] { r = seq_.residency(p); });
+        expect(got, p < m_.num_pages() ? outcome::ok : outcome::input_error, "residency(" + std::to_string(p) + ")");
+        if (got == outcome::ok) FUZZ_CHECK((r == memdecay::page_residency::host) == m_.on_host(p), "residency");
+        std::size_t d = 0;
+        const outcome got2 = run_call([&] { d = seq_.device_index(p); });
+        expect(got2, p < m_.num_pages() && !m_.on_host(p) ? outcome::ok : outcome::input_error,
+               "device_index(" + std::to_string(p) + ")");
+        if (got2 == outcome::ok) FUZZ_CHECK(d == m_.device_index(p), "device_index");
+        break;
+      }
+      default: {
+        const outcome got = run_call([&] { (void)seq_.host_tier(); });
+        expect(got, m_.tier ? outcome::ok : outcome::usage_error, "host_tier()");
+        std::vector<float> bounds(m_.num_pages() + (in.flip(8) ? 1 : 0));
+        for (auto& b : bounds) b = static_cast<float>(static_cast<std::int8_t>(in.u8())) / 8;
+        if (!bounds.empty() && in.flip(8)) bounds[in.u8() % bounds.size()] = std::numeric_limits<float>::quiet_NaN();
+        const auto prot = protected_pages(in);
+        bool ok = bounds.size() == m_.num_pages();
+        for (float b : bounds) ok = ok && !std::isnan(b);
+        memdecay::recall_plan plan;
+        const outcome got2 = run_call([&] { plan = seq_.select_recall_for_bounds(bounds, prot); });
+        expect(got2,
+               !m_.tier ? outcome::usage_error
+               : ok     ? outcome::ok
+                        : outcome::input_error,
+               "select_recall_for_bounds(" + std::to_string(bounds.size()) + ")");
+        if (got2 == outcome::ok) {
+          std::vector<bool> has_digest(m_.num_pages(), true);
+          if (seq_.has_digests())
+            for (std::size_t p = 0; p < has_digest.size(); ++p) has_digest[p] = seq_.digests().has_digest(p);
+          compare_recall(plan, bounds, has_digest, prot, "select_recall_for_bounds");
+          remember_recall(plan);
+        }
+        break;
+      }
+    }
+    FUZZ_CHECK(snap() == before, "a const call changed the state");
+  }
+
+  /// A remembered recall plan (maybe stale), or one forged at the current generation: a promotion of a device page
+  /// or of a page that does not exist, a displaced page that may not leave the device (pinned, partial, protected,
+  /// host, recalled), bounds not aligned, a page both demoted and dropped, more demotions than the host tier holds,
+  /// lists out of order, another page size. Committed by one of the paths; the model says which are rejected.
+  void op_recall_forged(reader& in) {
+    memdecay::recall_plan plan;
+    if (last_recall_ && !in.flip(8))
+      plan = in.flip(4) && older_recall_ ? *older_recall_ : *last_recall_;
+    else
+      plan.page_size = m_.P, plan.generation = m_.generation;
+    const std::uint8_t forge = in.u8() % 10;
+    const std::size_t n = m_.num_pages();
+    auto add = [](std::vector<std::size_t>& v, std::size_t p) {
+      v.push_back(p);
+      std::sort(v.begin(), v.end());
+    };
+    switch (forge) {
+      case 0: break;                                   // as selected (maybe stale)
+      case 1: plan.generation = m_.generation; break;  // refreshed: the content decides
+      case 2:
+        if (n) add(plan.promote, in.u8() % n), plan.promote_bounds.push_back(1.0f);
+        break;
+      case 3:
+        if (n) add(in.flip(2) ? plan.demote : plan.drop, in.u8() % n);
+        break;
+      case 4: add(plan.promote, n + in.u8() % 3), plan.promote_bounds.push_back(1.0f); break;
+      case 5:
+        if (plan.promote_bounds.empty())
+          plan.promote_bounds.push_back(0.0f);
+        else
+          plan.promote_bounds.pop_back();
+        break;
+      case 6:
+        if (n) {
+          const std::size_t p = in.u8() % n;
+          add(plan.demote, p), add(plan.drop, p);
+        }
+        break;
+      case 7: {  // demote every evictable device page: beyond a bounded host tier's budget
+        const auto status = m_.statuses({});
+        for (std::size_t p = 0; p < n && m_.tier; ++p)
+          if (status[p] == model_status::evictable && !std::binary_search(plan.drop.begin(), plan.drop.end(), p) &&
+              !std::binary_search(plan.demote.begin(), plan.demote.end(), p))
+            add(plan.demote, p);
+        break;
+      }
+      case 8:
+        std::reverse(plan.promote.begin(), plan.promote.end());
+        std::reverse(plan.drop.begin(), plan.drop.end());
+        break;
+      default: plan.page_size *= 2; break;
+    }
+    if (forge >= 2 && !in.flip(4)) plan.generation = m_.generation;
+    static const recall_path paths[] = {recall_path::pool, recall_path::pool_store, recall_path::bare,
+                                        recall_path::check_only};
+    const recall_path path = in.pick(paths);
+    if (path == recall_path::pool_store) ensure_store(in);
+    commit_recall(plan, path, "commit_recall(forge " + std::to_string(forge) + ")");
+  }
+
   seq_type& seq_;
   model_sequence<Float>& m_;
   pool_type pool_;
   model_pool pm_;
   std::optional<plan_type> last_, older_;
+  std::optional<memdecay::recall_plan> last_recall_, older_recall_;
+  std::vector<std::uint64_t> device_kv_;  // per pool block: the origin of the page whose K/V it holds
+  std::vector<std::uint64_t> host_kv_;    // per host store slot: the same
+  std::optional<store_type> store_;
+  model_store ms_;
+  int fault_countdown_ = -1;  // the store's copy that throws (0: the next one), -1: none
 };
 
 template <class Float, std::size_t PageSize>

@@ -81,6 +81,72 @@ def queries():
     return [15, 0, 0]
 
 
+# The host tier (opcode 0xEF, then a sub-op byte; api_fuzzer.cpp's op_tier, tests/fuzz/README.md).
+TIER = 0xEF
+
+
+def enable_tier(unit=2, high=4, priority=3, hysteresis=0, steps=1, recall=3):
+    """enable_host_tier with valid rules: unit 2 = pages (high index 4: 4 pages), min_host_priority index 3 (0.5:
+    tool_out and scratchpad pages are dropped), hysteresis index 0 (0), min_device_steps index 1 (1 step),
+    max_recall_pages index 3 (unlimited)."""
+    return [TIER, 0, 1, unit] + ([high] if unit else []) + [priority, hysteresis, steps, recall]
+
+
+def enable_tier_bad_hysteresis():
+    return [TIER, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 3, 1, 1]  # allow_bad; hysteresis -0.5: a config_error
+
+
+def disable_tier():
+    return [TIER, 1]
+
+
+def digest_pages(values, enable=True, observe=None):
+    """Digests each full page without a digest from one token of keys (1 KV head x head size 2, f32 min/max
+    digests: enabled first when `enable`); `values` holds one byte pair per page (a key is int8 / 8). Then observes
+    the query `observe` (two int8 / 16 values) if given."""
+    out = [TIER, 4] + ([0, 1, 0, 1, 0] if enable else [1])  # enabled already: 1 keeps the layout
+    for a, b in values:
+        out += [1, 0, a, b]
+    out += [0, 2] + list(observe) + [1] if observe else [1]
+    return out
+
+
+def demote(store_slots=None, forge=0, fault=None, through_store=True, page=1):
+    """select_for_budget + commit through the device table and (`through_store`) the host store, `forge`d
+    (4: demotes a page it keeps, 5: drops a device page from the host, 6: no host drops, 7: demotes every victim)."""
+    out = [TIER, 5] + ([store_slots] if store_slots is not None else []) + [1, forge] + ([page] if forge in (4, 5) else [])
+    out += [0, fault] if fault is not None else [1]
+    return out + [1 if through_store else 0]
+
+
+def recall(query, path=1, fault=None, store_slots=None):
+    """select_recall(query) then commit_recall: path 1 through the device table, 4 also through the host store (with
+    the store's copy `fault` failing), 6 without a table, 7 check_recall alone, 0 not at all. Without digests a query
+    has 4 values."""
+    how = path | (0x10 if fault is None else fault << 6)
+    return [TIER, 2, how, 2] + list(query) + [1, 1] + ([store_slots] if store_slots is not None else [])
+
+
+def forged_recall(forge, path=0, page=0, keep_stale=False):
+    """A remembered recall plan, forged (2 promotes held page `page`, 3 displaces it, 4 promotes a page that does not
+    exist, 5 misaligns the bounds, 6 demotes and drops it, 7 demotes every evictable page, 8 reverses, 9 doubles the
+    page size; 0 as it was), committed by path 0 table, 1 table + store, 2 no table, 3 check_recall."""
+    out = [TIER, 7, 1, 1, forge]
+    if forge in (2, 4):
+        out.append(page)
+    if forge in (3, 6):
+        out += [0, page] if forge == 3 else [page]
+    if forge >= 2:
+        out.append(0 if keep_stale else 1)
+    return out + [path]
+
+
+def tier_bad_call(which, *args):
+    """0 held-length observe_tokens, 1 held-page observe_pages, 2 residency / device_index(page), 3 host_tier() and
+    select_recall_for_bounds."""
+    return [TIER, 6, which] + list(args)
+
+
 SEEDS = {
     "episode_tokens_budget": header() + append((0, 16), (2, 32), (4, 60), (6, 16)) + advance(40) +
     observe_uniformish() + budget_commit() + append((4, 70)) + advance(10) + budget_commit() + queries(),
@@ -99,6 +165,31 @@ SEEDS = {
     "small_pages": header(page=0, unit=1, high=4) + append((2, 9), (6, 9)) + advance(20) + budget_commit() +
     append((4, 5)) + budget_commit(),
     "block_pool_bad_page_size": [0xFF, 3],
+    # A host tier of 4 pages under a device budget of 4 pages: the budget demotes the retrieval pages (worth the
+    # host), drops the scratchpad pages (not worth it), then a query whose bounds favour the host pages swaps them
+    # with the device's user pages through the device table; observations cover the device only.
+    "tier_demote_and_recall": header(unit=2, high=4) + append((2, 64), (5, 64), (6, 32)) + enable_tier() +
+    digest_pages([(8, 8)] * 4 + [(80, 80)] * 4 + [(4, 4)] * 2) + advance(5) + budget_commit() +
+    advance(2) + observe_uniformish() + observe_pages() + recall((16, 16)) + advance(3) + recall((16, 16), path=6) +
+    tier_bad_call(0) + tier_bad_call(1) + tier_bad_call(2, 3) + digest_pages([], enable=False, observe=(16, 16)) +
+    budget_commit(),
+    # The same through a 64-slot host store, with the pool nearly full (a swap: the removal makes the room), a
+    # recall whose store copy fails (undone: every block keeps its page's K/V) and one that succeeds.
+    "tier_store_swap_and_faults": header(unit=2, high=4, pool=1) + append((2, 64), (5, 64), (6, 32)) +
+    enable_tier() + digest_pages([(8, 8)] * 4 + [(80, 80)] * 4 + [(4, 4)] * 2) + advance(5) +
+    demote(store_slots=0, fault=1) + demote() + pool_op(1, 0) + pool_op(1, 2, 5) + pool_op(1, 2, 5) + pool_op(1, 2, 5) + advance(2) +
+    recall((16, 16), path=4, fault=1) + recall((16, 16), path=4) + advance(2) + pool_op(1, 1) +
+    append((5, 64)) + digest_pages([(80, 80)] * 4, enable=False) + demote() + recall((16, 16), path=4),
+    # Errors, each changing nothing: recall without a tier, a bad tier config, recall without digests, a bad query,
+    # disable_host_tier with pages on the host, held-length observations, device_index of a host page, forged
+    # eviction plans (a demotion of a kept page, a host drop of a device page) and forged or stale recall plans.
+    "tier_errors": header(unit=2, high=4) + append((0, 16), (2, 48), (5, 64), (6, 32)) + recall((16, 16, 0, 0)) +
+    enable_tier_bad_hysteresis() + enable_tier() + recall((16, 16, 0, 0)) + digest_pages([(8, 8)] * 4 + [(80, 80)] * 4 +
+    [(4, 4)] * 2) + advance(5) + demote(store_slots=2, forge=4) + demote(forge=5) + demote(through_store=False) +
+    disable_tier() + tier_bad_call(0) + tier_bad_call(2, 5) + tier_bad_call(3, 1, 1) + [TIER, 2, 1, 0, 1, 2, 3, 1, 1] +
+    recall((16, 16), path=0) + forged_recall(2, page=1) + forged_recall(3, page=0) + forged_recall(4) +
+    forged_recall(5) + forged_recall(6, page=2) + forged_recall(7) + forged_recall(9) + forged_recall(8) +
+    forged_recall(0, path=3) + advance(1) + forged_recall(0, path=2) + forged_recall(0, path=1),
 }
 
 # Inputs that found bugs (docs/reliability.md, "Found by fuzzing"), written as regression_<what>.

@@ -134,7 +134,27 @@ inline std::uint64_t mul_saturating(std::uint64_t a, std::uint64_t b) {
   return a * b;
 }
 
-enum class model_status : std::uint8_t { evictable, pinned, sink, recent, partial, protected_ };
+enum class model_status : std::uint8_t { evictable, pinned, sink, recent, partial, protected_, host, recalled };
+
+/// The host tier's rules (tiers/host_tier.hpp, docs/tiers.md): the host budget in the sequence budget's units (its
+/// high watermark only), the region rule, the recall margins. Validated by model_tier_config_valid (tier_model.hpp).
+struct model_tier_config {
+  model_budget_unit unit = model_budget_unit::unlimited;
+  double high = 0.0;
+  double min_host_priority = 0.0;
+  double hysteresis = 0.0;
+  std::uint32_t min_device_steps = 4;
+  std::size_t max_recall_pages = std::numeric_limits<std::size_t>::max();
+};
+
+/// Where every held page lives (docs/tiers.md, "The model"): host pages stay in the layout at their original
+/// index, so these columns run beside the pages and are compacted with them.
+struct model_tier {
+  static constexpr std::uint32_t never = std::numeric_limits<std::uint32_t>::max();
+  model_tier_config cfg;
+  std::vector<std::uint8_t> on_host;       // per held page
+  std::vector<std::uint32_t> recalled_at;  // the step the page last came back, `never` if it did not
+};
 
 template <class Float>
 struct model_sequence {
@@ -152,7 +172,8 @@ struct model_sequence {
   std::vector<token> tokens;
   std::uint32_t now = 0;
   std::uint64_t logical_len = 0;
-  std::uint64_t generation = 0;  // the documented rule: bumped by every call that mutates
+  std::uint64_t generation = 0;    // the documented rule: bumped by every call that mutates
+  std::optional<model_tier> tier;  // enable_host_tier
 
   void init(const model_config& c, std::vector<model_region> effective) {
     cfg = c;
@@ -167,6 +188,22 @@ struct model_sequence {
   std::size_t num_pages() const { return (tokens.size() + P - 1) / P; }
   std::size_t page_begin(std::size_t p) const { return p * P; }
   std::size_t page_count(std::size_t p) const { return std::min(P, tokens.size() - p * P); }
+  // Residency: without a tier every held page is on the device.
+  bool on_host(std::size_t p) const { return tier && tier->on_host[p] != 0; }
+  std::size_t host_pages() const {
+    return tier ? static_cast<std::size_t>(std::count(tier->on_host.begin(), tier->on_host.end(), 1)) : 0;
+  }
+  bool hosting() const { return host_pages() != 0; }
+  std::size_t device_pages() const { return num_pages() - host_pages(); }
+  std::size_t device_len() const { return kv_len() - host_pages() * P; }  // host pages are always full
+  /// The index of held page p among the device pages (the engine's device page table).
+  std::size_t device_index(std::size_t p) const {
+    std::size_t d = 0;
+    for (std::size_t q = 0; q < p; ++q) d += on_host(q) ? 0 : 1;
+    return d;
+  }
+  /// The original page index of held page p (its first token's absolute position / P: pages leave whole).
+  std::uint64_t origin(std::size_t p) const { return tokens[p * P].position / P; }
 
   // --- calls ----------------------------------------------------------------------------------------------------
   outcome append(const std::vector<std::pair<std::uint8_t, std::size_t>>& spans) {
@@ -176,6 +213,10 @@ struct model_sequence {
     for (const auto& s : spans) {
       for (std::size_t k = 0; k < s.second; ++k) tokens.push_back({s.first, logical_len++, now, Float{0}});
       total += s.second;
+    }
+    if (tier) {  // new pages enter on the device
+      tier->on_host.resize(num_pages(), 0);
+      tier->recalled_at.resize(num_pages(), model_tier::never);
     }
     if (total) ++generation;
     return outcome::ok;
@@ -187,7 +228,21 @@ struct model_sequence {
     return outcome::ok;
   }
   Float scale() const { return cfg.normalization == 1 ? static_cast<Float>(tokens.size()) : Float{1}; }
+  /// Per-token mass over the device tokens (docs/tiers.md: observations cover the device only; host tokens
+  /// receive none, i.e. zero). A held-length observation while pages are on the host is an input_error.
   outcome observe_tokens(const std::vector<Float>& mass) {
+    if (!hosting()) return observe_held(mass);
+    if (mass.size() != device_len()) return outcome::input_error;
+    for (Float m : mass)
+      if (!std::isfinite(m) || m < 0) return outcome::input_error;
+    std::vector<Float> held(tokens.size(), Float{0});
+    for (std::size_t p = 0, from = 0; p < num_pages(); ++p) {
+      if (on_host(p)) continue;
+      for (std::size_t i = page_begin(p); i < page_begin(p) + page_count(p); ++i) held[i] = mass[from++];
+    }
+    return observe_held(held);
+  }
+  outcome observe_held(const std::vector<Float>& mass) {
     if (mass.size() != tokens.size()) return outcome::input_error;
     for (Float m : mass)
       if (!std::isfinite(m) || m < 0) return outcome::input_error;
@@ -202,16 +257,20 @@ struct model_sequence {
     ++generation;
     return outcome::ok;
   }
-  outcome observe_pages(const std::vector<Float>& page_mass) {
-    if (page_mass.size() != num_pages()) return outcome::input_error;
-    for (Float m : page_mass)
+  /// Per-page mass over the device pages (host pages receive none).
+  outcome observe_pages(const std::vector<Float>& device_page_mass) {
+    if (device_page_mass.size() != device_pages()) return outcome::input_error;
+    for (Float m : device_page_mass)
       if (!std::isfinite(m) || m < 0) return outcome::input_error;
+    std::vector<Float> page_mass(num_pages(), Float{0});
+    for (std::size_t p = 0, d = 0; p < num_pages(); ++p)
+      if (!on_host(p)) page_mass[p] = device_page_mass[d++];
     std::vector<Float> per_token(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       const std::size_t p = i / P;
       per_token[i] = page_mass[p] / static_cast<Float>(page_count(p));
     }
-    return observe_tokens(per_token);
+    return observe_held(per_token);
   }
 
   // --- scores and statuses --------------------------------------------------------------------------------------
@@ -251,6 +310,13 @@ struct model_sequence {
         out[p] = model_status::partial;
       else if (std::find(caller_protected.begin(), caller_protected.end(), p) != caller_protected.end())
         out[p] = model_status::protected_;
+      // The host tier: a host page is not a device victim whatever else it is; a page recalled fewer than
+      // min_device_steps steps ago is not evictable yet.
+      if (on_host(p))
+        out[p] = model_status::host;
+      else if (tier && out[p] == model_status::evictable && tier->recalled_at[p] != model_tier::never &&
+               now - tier->recalled_at[p] < tier->cfg.min_device_steps)
+        out[p] = model_status::recalled;
     }
     return out;
   }
@@ -296,23 +362,27 @@ struct model_sequence {
     std::sort(s.pages.begin(), s.pages.end());
     for (std::size_t p : s.pages) s.scores.push_back(scores[p]);
     const std::uint64_t high = watermarks().first;
-    const std::uint64_t after = tokens.size() - s.pages.size() * P;
+    const std::uint64_t after = device_len() - s.pages.size() * P;  // the budget counts device tokens
     s.over_budget = after <= high ? 0 : static_cast<std::size_t>((after - high + P - 1) / P);
     return s;
   }
   /// How many pages the budget asks for now.
   std::size_t budget_request() const {
     const auto [high, low] = watermarks();
-    if (tokens.size() <= high) return 0;
-    const std::uint64_t excess = tokens.size() - low;
+    if (device_len() <= high) return 0;
+    const std::uint64_t excess = device_len() - low;
     return static_cast<std::size_t>((excess + P - 1) / P);
   }
 
   /// The documented acceptance rule of commit(plan): current generation, same page size, strictly ascending
-  /// resident full pages, each evictable under the config's protections.
-  outcome check_plan(std::uint64_t plan_generation, std::size_t plan_page_size,
-                     const std::vector<std::size_t>& pages) const {
+  /// resident full pages, each evictable under the config's protections (so never a host or recalled page). With
+  /// a host tier: `demoted` strictly ascending and among the plan's pages, `host_dropped` strictly ascending host
+  /// pages; without one both must be empty.
+  outcome check_plan(std::uint64_t plan_generation, std::size_t plan_page_size, const std::vector<std::size_t>& pages,
+                     const std::vector<std::size_t>& demoted = {},
+                     const std::vector<std::size_t>& host_dropped = {}) const {
     if (plan_generation != generation || plan_page_size != P) return outcome::usage_error;
+    if (!tier && (!demoted.empty() || !host_dropped.empty())) return outcome::usage_error;
     const auto status = statuses({});
     for (std::size_t k = 0; k < pages.size(); ++k) {
       if (pages[k] >= num_pages()) return outcome::usage_error;
@@ -320,15 +390,49 @@ struct model_sequence {
       if (page_count(pages[k]) != P) return outcome::usage_error;
       if (status[pages[k]] != model_status::evictable) return outcome::usage_error;
     }
+    for (std::size_t k = 0; k < demoted.size(); ++k) {
+      if (k > 0 && demoted[k] <= demoted[k - 1]) return outcome::usage_error;
+      if (!std::binary_search(pages.begin(), pages.end(), demoted[k])) return outcome::usage_error;
+    }
+    for (std::size_t k = 0; k < host_dropped.size(); ++k) {
+      if (k > 0 && host_dropped[k] <= host_dropped[k - 1]) return outcome::usage_error;
+      if (host_dropped[k] >= num_pages() || !on_host(host_dropped[k])) return outcome::usage_error;
+    }
     return outcome::ok;
   }
+  /// Held pages leave the sequence (strictly ascending, checked): tokens and tier columns compacted together.
   void remove(const std::vector<std::size_t>& pages) {
     if (pages.empty()) return;
     std::vector<token> kept;
     for (std::size_t i = 0; i < tokens.size(); ++i)
       if (!std::binary_search(pages.begin(), pages.end(), i / P)) kept.push_back(tokens[i]);
+    if (tier) {
+      model_tier next = *tier;
+      next.on_host.clear();
+      next.recalled_at.clear();
+      for (std::size_t p = 0; p < tier->on_host.size(); ++p) {
+        if (std::binary_search(pages.begin(), pages.end(), p)) continue;
+        next.on_host.push_back(tier->on_host[p]);
+        next.recalled_at.push_back(tier->recalled_at[p]);
+      }
+      tier = std::move(next);
+    }
     tokens = std::move(kept);
     ++generation;
+  }
+  /// A checked eviction plan: the demoted victims go to host (and forget a recall), the other victims and the
+  /// host-dropped pages leave. Each of the two steps is a new generation when it does something.
+  void commit_plan(const std::vector<std::size_t>& pages, const std::vector<std::size_t>& demoted,
+                   const std::vector<std::size_t>& host_dropped) {
+    if (!tier) return remove(pages);
+    std::vector<std::size_t> leaving;
+    for (std::size_t p : pages)
+      if (!std::binary_search(demoted.begin(), demoted.end(), p)) leaving.push_back(p);
+    leaving.insert(leaving.end(), host_dropped.begin(), host_dropped.end());
+    std::sort(leaving.begin(), leaving.end());
+    for (std::size_t p : demoted) tier->on_host[p] = 1, tier->recalled_at[p] = model_tier::never;
+    if (!demoted.empty()) ++generation;
+    remove(leaving);
   }
 };
 
@@ -381,6 +485,48 @@ struct model_pool {
     }
     s->tokens = total;
     return outcome::ok;
+  }
+  /// A recall through block_pool::insert_pages and remove_pages on sequence `id` (held pages in the caller's
+  /// order: `device` says which of them are on the device now, `promote` / `displaced` are ascending held indices).
+  /// With free blocks for every promotion the insertion comes first (fresh blocks: position k takes the k-th of
+  /// the last n free blocks), then the removal (freed blocks pushed in page order); otherwise the removal first.
+  /// Returns the fresh blocks in page order. The caller has checked that it fits.
+  std::vector<std::int32_t> recall(std::uint64_t id, const std::vector<bool>& device,
+                                   const std::vector<std::size_t>& promote, const std::vector<std::size_t>& displaced) {
+    seq* s = find(id);
+    const std::size_t n = promote.size();
+    std::vector<std::int32_t> fresh;
+    auto take = [&] {
+      fresh.assign(free.end() - static_cast<std::ptrdiff_t>(n), free.end());
+      free.resize(free.size() - n);
+    };
+    auto release = [&] {
+      for (std::size_t p = 0, d = 0; p < device.size(); ++p) {
+        if (!device[p]) continue;
+        if (std::binary_search(displaced.begin(), displaced.end(), p)) free.push_back(s->blocks[d]);
+        ++d;
+      }
+    };
+    if (free.size() >= n) {
+      take();
+      release();
+    } else {
+      release();
+      take();
+    }
+    std::vector<std::int32_t> table;
+    for (std::size_t p = 0, d = 0, k = 0; p < device.size(); ++p) {
+      if (std::binary_search(promote.begin(), promote.end(), p)) {
+        table.push_back(fresh[k++]);
+        continue;
+      }
+      if (!device[p]) continue;
+      if (!std::binary_search(displaced.begin(), displaced.end(), p)) table.push_back(s->blocks[d]);
+      ++d;
+    }
+    s->blocks = std::move(table);
+    s->tokens = s->tokens + n * P - displaced.size() * P;
+    return fresh;
   }
   outcome remove(std::uint64_t id, const std::vector<std::size_t>& pages) {
     seq* s = find(id);
