@@ -520,6 +520,21 @@ TEST(eval_engine_session, attention_after_page_removal_matches_direct_computatio
   }
 }
 
+// A pinned system page, then pages of regions with different half-lives (evictions fall in the middle).
+memdecay::region_id mixed_region(std::size_t page) {
+  namespace md = memdecay;
+  const md::region_id cycle[] = {md::regions::tool_out, md::regions::user, md::regions::scratchpad,
+                                 md::regions::retrieval};
+  return page == 0 ? md::regions::system : cycle[page % 4];
+}
+// A step's attention summed over layers (what the evaluation observes).
+std::vector<float> summed_over_layers(const kv_session::step_result& r) {
+  std::vector<float> mass(r.layer_mass[0].size(), 0.0f);
+  for (const auto& row : r.layer_mass)
+    for (std::size_t k = 0; k < row.size(); ++k) mass[k] += row[k];
+  return mass;
+}
+
 // The resident order of the session and of a memdecay policy sequence agree after the policy's commit.
 TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
   const auto& m = model_at(random_tiny);
@@ -528,17 +543,11 @@ TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
   recorder rec(m, 16, 256);
   md::sequence seq(md::config{.page_size = 16, .budget = md::budget_config::tokens(96)});
   md::step_t step = 0;
-  // A pinned system page, then pages of regions with different half-lives: evictions fall in the middle.
-  const md::region_id cycle[] = {md::regions::tool_out, md::regions::user, md::regions::scratchpad,
-                                 md::regions::retrieval};
   for (std::size_t i = 0; i < tokens.size(); i += 16) {
-    seq.append(i == 0 ? md::regions::system : cycle[(i / 16) % 4], 16);
+    seq.append(mixed_region(i / 16), 16);
     rec.append(std::span(tokens).subspan(i, 16));
-    std::vector<float> mass(rec.steps.back().result.layer_mass[0].size(), 0.0f);
-    for (const auto& row : rec.steps.back().result.layer_mass)
-      for (std::size_t k = 0; k < row.size(); ++k) mass[k] += row[k];
     seq.advance_to(++step);
-    seq.observe_tokens(mass);
+    seq.observe_tokens(summed_over_layers(rec.steps.back().result));
     const auto plan = seq.select_for_budget();
     seq.commit(plan, rec.session.table(), rec.session.sequence());
     ASSERT_EQ(seq.kv_len(), rec.session.resident_tokens());
@@ -613,19 +622,13 @@ TEST(eval_engine_session, host_tier_recall_restores_pages_the_reference_agrees) 
       rec.session.load_block(block, std::span<const float>(h), first[slot]);
   };
   md::host_block_store<std::uint64_t, std::int32_t, decltype(copy)> store(32, copy);
-  const md::region_id cycle[] = {md::regions::tool_out, md::regions::user, md::regions::scratchpad,
-                                 md::regions::retrieval};
   std::size_t promoted = 0;
   std::vector<float> keys, query(L * d);
   for (std::size_t i = 0; i < tokens.size(); i += 16) {
-    seq.append(i == 0 ? md::regions::system : cycle[(i / 16) % 4], 16);
+    seq.append(mixed_region(i / 16), 16);
     rec.append(std::span(tokens).subspan(i, 16));
-    const auto& r = rec.steps.back().result;
-    std::vector<float> mass(r.layer_mass[0].size(), 0.0f);
-    for (const auto& row : r.layer_mass)
-      for (std::size_t k = 0; k < row.size(); ++k) mass[k] += row[k];
     seq.advance_to(static_cast<md::step_t>(i / 16 + 1));
-    seq.observe_tokens(mass);
+    seq.observe_tokens(summed_over_layers(rec.steps.back().result));
     for (std::size_t p = 0; p < seq.num_pages(); ++p)
       if (seq.residency(p) == md::page_residency::device && !seq.digests().has_digest(p)) {
         rec.session.page_keys(seq.device_index(p), keys);
