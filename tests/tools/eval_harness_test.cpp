@@ -628,9 +628,11 @@ TEST(EvalEngine, HostTierRunsPromoteDemoteAndAreDeterministic) {
   ev::eval_settings s;
   s.budgets = {0.25};
   const auto kinds = ev::all_policy_kinds({}, s.protection);
-  const std::vector<ev::config_spec> configs{{ev::host_variant(named("memdecay-lifetime", 16, s).kind, "host50"), 16},
-                                             {ev::host_variant(named("h2o", 16, s).kind, "host-all"), 16},
-                                             {ev::arkvale_kind(kinds), 16}};
+  const std::vector<ev::config_spec> configs{
+      {ev::host_variant(named("memdecay-lifetime", 16, s).kind, "host50"), 16},
+      {ev::host_variant(named("h2o", 16, s).kind, "host-all"), 16},
+      {ev::arkvale_kind(kinds), 16},
+      {ev::host_variant(named("memdecay-lifetime", 16, s).kind, "host50-stay0-hyst1-lowest2"), 16}};
   std::vector<ev::eval_target<ev::kv_session>> targets{{"random-tiny", &file, engine_factory(model), 2, 0}};
   const auto one = ev::evaluate(targets, configs, s, 1);
   const auto two = ev::evaluate(targets, configs, s, 2);
@@ -681,6 +683,45 @@ TEST(EvalEngine, SmallModelEndToEnd) {
   for (const auto& cell : r[0].cells) EXPECT_LE(cell.total().recalled, cell.total().probes);
 }
 #endif
+
+// The evaluation's displacement rule (any_sequence::select_recall with `displaceable`): a recall makes room only
+// from the policy's lowest-scoring evictable device pages; with 0, the library's rule (lowest bound first).
+TEST(EvalHostTier, ARecallDisplacesOnlyThePolicysLowestScoringPages) {
+  namespace md = memdecay;
+  constexpr std::size_t P = 4;
+  md::sequence seq(md::config{.page_size = P, .protection = {.recent_tokens = P}, .budget = md::budget_config::pages(4)});
+  seq.append(md::regions::system, P);
+  for (std::size_t p = 0; p < 9; ++p) {
+    seq.advance_to(static_cast<md::step_t>(p + 1));
+    seq.append(p % 2 == 0 ? md::regions::retrieval : md::regions::scratchpad, P);
+  }
+  seq.enable_digests({.kv_heads = 1, .head_dim = 2});
+  seq.enable_host_tier({.min_device_steps = 0});
+  seq.commit(seq.select_for_budget());
+  ASSERT_GT(seq.host_pages(), 0u);
+  for (std::size_t p = 0; p < seq.num_pages(); ++p) {  // host pages: strong bounds; device pages: increasing ones
+    std::vector<float> keys;
+    const float x = seq.residency(p) == md::page_residency::host ? 10.0f : 0.1f * static_cast<float>(p);
+    for (std::size_t t = 0; t < seq.state().tokens_in_page(p); ++t) keys.insert(keys.end(), {x, 0.0f});
+    seq.set_page_keys(p, keys);
+  }
+  auto erased = memdecay_tools::erase(seq);
+  const std::vector<float> query{1.0f, 0.0f};
+  const auto scores = seq.page_scores();
+  const auto status = seq.page_statuses();
+  std::size_t lowest = seq.num_pages();
+  for (std::size_t p = 0; p < seq.num_pages(); ++p)
+    if (status[p] == md::page_status::evictable && (lowest == seq.num_pages() || scores[p] < scores[lowest])) lowest = p;
+  ASSERT_LT(lowest, seq.num_pages());
+  const auto one = erased->select_recall(query, 1);
+  std::vector<std::size_t> displaced = one.demote;
+  displaced.insert(displaced.end(), one.drop.begin(), one.drop.end());
+  ASSERT_EQ(displaced.size(), 1u);
+  EXPECT_EQ(displaced[0], lowest);
+  const auto library = erased->select_recall(query, 0);  // the library's rule: every evictable page may go
+  EXPECT_EQ(library.promote, seq.select_recall(query).promote);
+  EXPECT_GT(library.demote.size() + library.drop.size(), 1u);
+}
 
 // --- the oracle (tools/eval/oracle.hpp) ------------------------------------------------------------------------
 

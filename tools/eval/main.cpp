@@ -271,8 +271,23 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
-    if (name.rfind("arkvale-hyst", 0) == 0) {
-      auto k = ev::arkvale_kind(kinds, ev::hysteresis_suffix(name.substr(12), name));
+    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>]: departures from the source
+      std::string rest = name.substr(7);
+      std::size_t displaceable = 0;
+      if (const auto at = rest.find("-lowest"); at != std::string::npos) {
+        const std::string digits = rest.substr(at + 7);
+        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoul(digits) == 0)
+          return std::nullopt;
+        displaceable = std::stoul(digits);
+        rest = rest.substr(0, at);
+      }
+      double hysteresis = 0;
+      if (rest.rfind("-hyst", 0) == 0)
+        hysteresis = ev::hysteresis_suffix(rest.substr(5), name);
+      else if (!rest.empty())
+        return std::nullopt;
+      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable);
       if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back
       return k;
     }

@@ -39,6 +39,9 @@ struct policy_kind {
   /// bound. `host.host_budget` is ignored: the harness sets it per episode from `host_fraction`.
   std::optional<md::host_tier_config> host;
   double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
+  /// > 0: a recall may displace only this many device pages, the policy's lowest-scoring evictable ones
+  /// (any_sequence::select_recall); 0: the library's rule.
+  std::size_t displaceable = 0;
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -194,12 +197,14 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 }
 
 /// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>" and then
-/// "-hyst<logits>"): the
+/// "-hyst<logits>", then "-lowest<pages>"): the
 /// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
 /// being dropped, and come back when a query's Quest bound wants them (the harness asks after every step with its
 /// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the
 /// library's defaults: no region rule, every victim is worth the host; no hysteresis; a recalled page kept 4
-/// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis.
+/// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis; "-lowest<pages>" lets
+/// a recall displace only the policy's that many lowest-scoring evictable pages (the policy decides what may leave,
+/// the query what returns; an evaluation-side rule built from select_recall's protected pages).
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
   auto number = [&](const std::string& digits, int most) {
@@ -212,6 +217,12 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string rest = suffix;
+  std::size_t displaceable = 0;
+  if (const std::size_t lowest = rest.find("-lowest"); lowest != std::string::npos) {
+    displaceable = static_cast<std::size_t>(number(rest.substr(lowest + 7), 999));
+    if (displaceable == 0) number("", 0);
+    rest = rest.substr(0, lowest);
+  }
   if (const std::size_t hyst = rest.find("-hyst"); hyst != std::string::npos) {
     tier.hysteresis = hysteresis_suffix(rest.substr(hyst + 5), suffix);
     rest = rest.substr(0, hyst);
@@ -230,8 +241,12 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
                       " (min stay " + std::to_string(tier.min_device_steps) + " steps, hysteresis " +
                       md::detail::to_text(tier.hysteresis) + ", min host priority " +
                       md::detail::to_text(tier.min_host_priority) + ")";
+  if (displaceable > 0)
+    kind.description += "; a recall displaces only the policy's " + std::to_string(displaceable) +
+                        " lowest-scoring pages";
   kind.host = tier;
   kind.host_fraction = fraction;
+  kind.displaceable = displaceable;
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -243,9 +258,11 @@ inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 
 /// swapped back whenever their bound beats a device page's (no hysteresis, no minimum stay: ArkVale reselects its
 /// top pages every step). Departures: Quest's min/max digest (ArkVale's is centre +- mean distance, not a bound),
 /// one selection for every layer and head (ArkVale selects per layer), pinned regions kept as for every policy.
-/// `hysteresis` > 0 (name "arkvale-hyst<logits>") departs from the source on purpose: it measures what the library's
-/// anti-thrash margin saves without a region prior.
-inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0) {
+/// `hysteresis` > 0 (name "arkvale-hyst<logits>") and `displaceable` > 0 ("arkvale-lowest<pages>", after the
+/// hysteresis) depart from the source on purpose: they measure what the library's anti-thrash margin and the
+/// policy-chosen displacement save without a region prior.
+inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0,
+                                std::size_t displaceable = 0) {
   namespace sp = memdecay_tools::source_params;
   const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
   if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
@@ -267,6 +284,12 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
   if (hysteresis > 0) {
     k.name += "-hyst" + md::detail::to_text(hysteresis);
     k.description += " (hysteresis " + md::detail::to_text(hysteresis) + " logits: not the source's)";
+  }
+  if (displaceable > 0) {
+    k.name += "-lowest" + std::to_string(displaceable);
+    k.description += " (a recall displaces only its " + std::to_string(displaceable) +
+                     " lowest-scoring pages: not the source's)";
+    k.displaceable = displaceable;
   }
   k.host_fraction = -1;
   return k;
