@@ -689,15 +689,20 @@ class harness {
     compare_plan(plan, k, prot, "select");
     remember(plan);
   }
-  void op_select_for_budget(reader& in) {
-    const auto prot = protected_pages(in);
+  /// select_for_budget(prot): never fails, changes nothing, and gives the model's plan.
+  plan_type budget_plan(const std::vector<std::size_t>& prot) {
     const auto before = snap();
     plan_type plan;
     const outcome got = run_call([&] { plan = seq_.select_for_budget(prot); });
     expect(got, outcome::ok, "select_for_budget()");
     FUZZ_CHECK(snap() == before, "select_for_budget changed the state");
+    compare_plan(plan, m_.budget_request(), prot, "select_for_budget");
+    return plan;
+  }
+  void op_select_for_budget(reader& in) {
+    const auto prot = protected_pages(in);
+    const auto plan = budget_plan(prot);
     const std::size_t k = m_.budget_request();
-    compare_plan(plan, k, prot, "select_for_budget");
     // Budget held when feasible: with enough evictable pages the plan reaches the low watermark.
     const auto want = m_.select_with(m_.page_scores(), k, prot);
     const auto [high, low] = m_.watermarks();
@@ -1471,16 +1476,12 @@ class harness {
   /// select_for_budget with the tier's split checked (compare_plan), then committed through the device table and
   /// the host store (maybe with a fault), as selected or forged: a demotion of a page the plan does not take off
   /// the device, a host drop of a device page (usage_error), no host drops at all or every victim demoted whatever
-  /// the region rule (accepted: commit checks only that the lists name the right tiers).
+  /// the region rule (accepted while the host stays within its budget, a usage_error beyond it: commit checks that
+  /// the lists name the right tiers and that the host budget holds).
   void op_demote(reader& in) {
     ensure_store(in);
     const auto prot = protected_pages(in);
-    const auto before = snap();
-    plan_type plan;
-    const outcome got = run_call([&] { plan = seq_.select_for_budget(prot); });
-    expect(got, outcome::ok, "select_for_budget()");
-    FUZZ_CHECK(snap() == before, "select_for_budget changed the state");
-    compare_plan(plan, m_.budget_request(), prot, "select_for_budget");
+    auto plan = budget_plan(prot);
     remember(plan);
     const std::uint8_t forge = in.u8() % 8;
     switch (forge) {
