@@ -654,11 +654,7 @@ class basic_sequence {
     if (auto problem = state_.removal_problem(leaving); !problem.empty())
       detail::raise_usage("commit_recall: " + problem);
     detail::check_plan_statuses(leaving, status, "commit_recall");
-    const std::size_t capacity = tier_->config().host_capacity_pages(page_size(), logical_len());
-    if (host_pages() - plan.promote.size() + plan.demote.size() > capacity)
-      detail::raise_usage("commit_recall: the plan leaves " +
-                          detail::to_text(host_pages() - plan.promote.size() + plan.demote.size()) +
-                          " pages on a host tier of " + detail::to_text(capacity));
+    check_host_budget(host_pages() - plan.promote.size() + plan.demote.size(), "commit_recall: the plan");
   }
   /// commit_recall together with the engine's device page table, which inserts the promoted pages at their place
   /// in fresh blocks (returned in page order: the engine copies their K/V from the host into them) and removes the
@@ -931,8 +927,7 @@ class basic_sequence {
   void split_for_host(plan_type& plan, std::span<const Float> scores) const {
     std::vector<std::uint8_t> worthy(plan.pages.size());
     for (std::size_t v = 0; v < plan.pages.size(); ++v) worthy[v] = worthy_of_host(plan.pages[v]);
-    auto split = detail::split_demotion<Float>(plan.pages, worthy, *tier_, scores,
-                                               tier_->config().host_capacity_pages(page_size(), logical_len()));
+    auto split = detail::split_demotion<Float>(plan.pages, worthy, *tier_, scores, host_capacity());
     plan.demoted = std::move(split.demoted);
     plan.host_dropped = std::move(split.host_dropped);
   }
@@ -948,9 +943,17 @@ class basic_sequence {
     for (std::size_t p : plan.host_dropped)
       if (p >= num_pages() || !tier_->on_host(p))
         detail::raise_usage("plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
-    const std::size_t capacity = tier_->config().host_capacity_pages(page_size(), logical_len());
-    if (const std::size_t after = host_pages() - plan.host_dropped.size() + plan.demoted.size(); after > capacity)
-      detail::raise_usage("plan leaves " + detail::to_text(after) + " pages on a host tier of " +
+    check_host_budget(host_pages() - plan.host_dropped.size() + plan.demoted.size(), "plan");
+  }
+  // The host tier's capacity in pages now (a ratio budget follows the logical length).
+  [[nodiscard]] std::size_t host_capacity() const {
+    return tier_->config().host_capacity_pages(page_size(), logical_len());
+  }
+  // usage_error, "<what> leaves N pages on a host tier of M", unless `after` host pages fit the host budget: every
+  // commit, eviction or recall, keeps the tier within it.
+  void check_host_budget(std::size_t after, const char* what) const {
+    if (const std::size_t capacity = host_capacity(); after > capacity)
+      detail::raise_usage(std::string(what) + " leaves " + detail::to_text(after) + " pages on a host tier of " +
                           detail::to_text(capacity));
   }
   void apply_recall(const recall_plan& plan) {
