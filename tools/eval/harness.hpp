@@ -322,13 +322,12 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
 
   std::vector<float> row, query;
   std::vector<std::uint8_t> resident;
-  std::vector<std::uint32_t> expected_positions;
+  std::vector<std::uint32_t> device_at;
   // Device tokens of the fact of probe k now: what the answer can attend to.
   auto fact_on_device = [&](const probe& p) {
+    device_positions(*policy, device_at);
     resident.assign(n, 0);
-    const std::size_t P = spec.page_size;
-    for (std::size_t j = 0; j < policy->kv_len(); ++j)
-      if (policy->on_device(j / P)) resident[policy->position_of(j)] = 1;
+    for (std::uint32_t pos : device_at) resident[pos] = 1;
     bool alive = true;
     for (std::uint32_t j = p.fact_first; j < p.fact_first + p.fact_length; ++j) alive = alive && resident[j] != 0;
     return alive;
@@ -372,8 +371,8 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
                                " tokens, the policy " + std::to_string(kv) + " (step " + std::to_string(i) + ")");
     if constexpr (requires { session.resident_positions(); })
       if (tiered) {  // a recalled page is back at its original place
-        device_positions(*policy, expected_positions);
-        if (session.resident_positions() != expected_positions)
+        device_positions(*policy, device_at);
+        if (session.resident_positions() != device_at)
           throw std::runtime_error(label + ": the session's device tokens are not at the policy's positions (step " +
                                    std::to_string(i) + ")");
       }

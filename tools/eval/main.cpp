@@ -274,17 +274,14 @@ int run(options& o) {
     if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>]: departures from the source
       std::string rest = name.substr(7);
       std::size_t displaceable = 0;
-      if (const auto at = rest.find("-lowest"); at != std::string::npos) {
-        const std::string digits = rest.substr(at + 7);
-        if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos ||
-            std::stoul(digits) == 0)
-          return std::nullopt;
-        displaceable = std::stoul(digits);
-        rest = rest.substr(0, at);
+      if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
+        const auto n = ev::small_count(*lowest, 999);
+        if (!n || *n == 0) return std::nullopt;
+        displaceable = *n;
       }
       double hysteresis = 0;
-      if (rest.rfind("-hyst", 0) == 0)
-        hysteresis = ev::hysteresis_suffix(rest.substr(5), name);
+      if (const auto hyst = ev::take_suffix(rest, "-hyst"); hyst && rest.empty())
+        hysteresis = ev::hysteresis_suffix(*hyst, name);
       else if (!rest.empty())
         return std::nullopt;
       auto k = ev::arkvale_kind(kinds, hysteresis, displaceable);

@@ -182,6 +182,23 @@ inline policy_kind unpinned_variant(const policy_kind& kind) {
   return k;
 }
 
+/// For "<rest><tag><value>": returns <value> and leaves <rest> in `text`; nullopt, `text` unchanged, without `tag`.
+inline std::optional<std::string> take_suffix(std::string& text, const std::string& tag) {
+  const std::size_t at = text.find(tag);
+  if (at == std::string::npos) return std::nullopt;
+  std::string value = text.substr(at + tag.size());
+  text.resize(at);
+  return value;
+}
+
+/// A count of 1-3 decimal digits, at most `most`; nullopt for anything else.
+inline std::optional<std::size_t> small_count(const std::string& digits, std::size_t most) {
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const auto n = static_cast<std::size_t>(std::stoul(digits));
+  return n <= most ? std::optional<std::size_t>(n) : std::nullopt;
+}
+
 /// The hysteresis of a "-hyst<logits>" suffix ("-hyst1", "-hyst0.5"); std::invalid_argument for anything else.
 inline double hysteresis_suffix(const std::string& text, const std::string& name) {
   std::size_t used = 0;
@@ -207,34 +224,23 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 /// the query what returns; an evaluation-side rule built from select_recall's protected pages).
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
-  auto number = [&](const std::string& digits, int most) {
-    if (digits.empty() || digits.size() > 3 ||
-        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-        std::stoi(digits) > most)
+  auto number = [&](const std::string& digits, std::size_t least, std::size_t most) {
+    const auto n = small_count(digits, most);
+    if (!n || *n < least)
       throw std::invalid_argument("unknown host tier '" + suffix +
                                   "' (host1 .. host100: percent of the episode, or host-all; then -stay0 .. -stay999)");
-    return std::stoi(digits);
+    return *n;
   };
   md::host_tier_config tier = rule;
-  std::string rest = suffix;
+  std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
   std::size_t displaceable = 0;
-  if (const std::size_t lowest = rest.find("-lowest"); lowest != std::string::npos) {
-    displaceable = static_cast<std::size_t>(number(rest.substr(lowest + 7), 999));
-    if (displaceable == 0) number("", 0);
-    rest = rest.substr(0, lowest);
-  }
-  if (const std::size_t hyst = rest.find("-hyst"); hyst != std::string::npos) {
-    tier.hysteresis = hysteresis_suffix(rest.substr(hyst + 5), suffix);
-    rest = rest.substr(0, hyst);
-  }
-  const std::size_t stay = rest.find("-stay");
-  const std::string size = rest.substr(0, stay);
-  if (stay != std::string::npos) tier.min_device_steps = static_cast<md::step_t>(number(rest.substr(stay + 5), 999));
+  if (const auto lowest = take_suffix(size, "-lowest")) displaceable = number(*lowest, 1, 999);
+  if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
+  if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
   double fraction = -1;
   if (size != "host-all") {
-    if (size.rfind("host", 0) != 0) number("", 0);
-    fraction = number(size.substr(4), 100) / 100.0;
-    if (fraction <= 0) number("", 0);
+    if (size.rfind("host", 0) != 0) number("", 1, 0);
+    fraction = static_cast<double>(number(size.substr(4), 1, 100)) / 100.0;
   }
   kind.name += "+" + suffix;
   kind.description += (fraction < 0 ? std::string("; host tier, unlimited") : "; host tier of " + size.substr(4) + "% of the episode") +
