@@ -65,6 +65,14 @@ class manager_handle {
   [[nodiscard]] virtual std::size_t resident_pages() const = 0;
   [[nodiscard]] virtual std::size_t reclaimable_pages() const = 0;
   [[nodiscard]] virtual std::size_t physical_pages() const = 0;
+  [[nodiscard]] virtual std::size_t host_pages() const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall(std::uint64_t id, std::span<const float> query) const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::uint64_t id,
+                                                                 std::span<const float> bounds) const = 0;
+  virtual void check_recall(std::uint64_t id, const md::recall_plan& plan) const = 0;
+  virtual void commit_recall(std::uint64_t id, const md::recall_plan& plan) = 0;
+  virtual md::recall_commit<std::int32_t> commit_recall(std::uint64_t id, const md::recall_plan& plan,
+                                                        pool_type& table) = 0;
   [[nodiscard]] virtual std::optional<std::uint64_t> prefix_cache_boundary(std::uint64_t id) const = 0;
   [[nodiscard]] virtual std::uint64_t prefix_cacheable_tokens(std::uint64_t id) const = 0;
   [[nodiscard]] virtual global_plan select_global(std::size_t pages_to_free) const = 0;
@@ -165,6 +173,20 @@ class manager_impl final : public manager_handle {
   [[nodiscard]] std::size_t resident_pages() const override { return mgr_->resident_pages(); }
   [[nodiscard]] std::size_t reclaimable_pages() const override { return mgr_->reclaimable_pages(); }
   [[nodiscard]] std::size_t physical_pages() const override { return mgr_->physical_pages(); }
+  [[nodiscard]] std::size_t host_pages() const override { return mgr_->host_pages(); }
+  [[nodiscard]] md::recall_plan select_recall(std::uint64_t id, std::span<const float> query) const override {
+    return mgr_->select_recall(id, query);
+  }
+  [[nodiscard]] md::recall_plan select_recall_for_bounds(std::uint64_t id,
+                                                         std::span<const float> bounds) const override {
+    return mgr_->select_recall_for_bounds(id, bounds);
+  }
+  void check_recall(std::uint64_t id, const md::recall_plan& plan) const override { mgr_->check_recall(id, plan); }
+  void commit_recall(std::uint64_t id, const md::recall_plan& plan) override { mgr_->commit_recall(id, plan); }
+  md::recall_commit<std::int32_t> commit_recall(std::uint64_t id, const md::recall_plan& plan,
+                                                pool_type& table) override {
+    return mgr_->commit_recall(id, plan, table, md::identity_id{});
+  }
   [[nodiscard]] std::optional<std::uint64_t> prefix_cache_boundary(std::uint64_t id) const override {
     return mgr_->prefix_cache_boundary(id);
   }

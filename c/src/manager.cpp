@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay_manager (many sequences of one policy) and global plans.
+#include <limits>
 #include <map>
 
 #include "handles.hpp"
@@ -51,9 +52,15 @@ extern "C" {
 
 memdecay_status memdecay_manager_create(const char* policy, size_t page_size, size_t global_high, size_t global_low,
                                         memdecay_manager** out) {
+  return memdecay_manager_create_with_host_pool(policy, page_size, global_high, global_low,
+                                                std::numeric_limits<size_t>::max(), out);
+}
+
+memdecay_status memdecay_manager_create_with_host_pool(const char* policy, size_t page_size, size_t global_high,
+                                                       size_t global_low, size_t host_pool, memdecay_manager** out) {
   return guarded(nullptr, [&] {
     require(out, "out");
-    md::manager_config cfg{.page_size = page_size};
+    md::manager_config cfg{.page_size = page_size, .host_pool = host_pool};
     if (global_high) cfg.global = md::global_budget::pages(global_high, global_low);
     cfg.global.validate();
     auto handle = memdecay_bindings::with_policy(require(policy, "policy"),
@@ -144,6 +151,32 @@ memdecay_status memdecay_manager_ids(const memdecay_manager* manager, uint64_t* 
     const auto all = m.ids();
     copy_out(std::vector<uint64_t>(all.begin(), all.end()), ids, capacity, count, "ids");
   });
+}
+
+memdecay_status memdecay_manager_host_pages(const memdecay_manager* manager, size_t* pages) {
+  return on_manager(manager, [&](manager_handle& m) { *require(pages, "pages") = m.host_pages(); });
+}
+
+memdecay_status memdecay_manager_select_recall(const memdecay_manager* manager, uint64_t id, const float* query,
+                                               size_t query_count, memdecay_recall_plan** out) {
+  return on_manager(manager, [&](manager_handle& m) {
+    require(out, "out");
+    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"))};
+  });
+}
+
+memdecay_status memdecay_manager_select_recall_for_bounds(const memdecay_manager* manager, uint64_t id,
+                                                          const float* bounds, size_t count,
+                                                          memdecay_recall_plan** out) {
+  return on_manager(manager, [&](manager_handle& m) {
+    require(out, "out");
+    *out = new memdecay_recall_plan{m.select_recall_for_bounds(id, array_of(bounds, count, "bounds"))};
+  });
+}
+
+memdecay_status memdecay_manager_commit_recall(memdecay_manager* manager, uint64_t id,
+                                               const memdecay_recall_plan* plan) {
+  return on_manager(manager, [&](manager_handle& m) { m.commit_recall(id, require(plan, "plan")->plan); });
 }
 
 memdecay_status memdecay_manager_select_global(const memdecay_manager* manager, size_t pages_to_free,

@@ -788,6 +788,70 @@ static int configure_all(void* user_data, uint64_t id, const memdecay_config** c
   return st->answer;
 }
 
+/* Host tiers under a manager: a host pool shared by the tiers, recall through the manager around this step's
+ * protections, and a managed sequence's own commit_recall refused. */
+static void test_manager_host_tier(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_manager* mgr = NULL;
+  memdecay_sequence* seqs[2] = {NULL, NULL};
+  memdecay_global_plan* plan = NULL;
+  memdecay_recall_plan* recall = NULL;
+  memdecay_recall_plan_view rv;
+  memdecay_host_tier_config tier = memdecay_host_tier_config_default();
+  memdecay_tier_info ti;
+  memdecay_manager_info info;
+  uint8_t on_host[16];
+  float bounds[16];
+  size_t i, k, n = 0, hosted = 0, low = 16;
+  uint64_t sid = 0, before;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, 5, NAN));
+  CHECK_OK(memdecay_config_set_number(cfg, "protection.recent_tokens", 16));
+  CHECK_OK(memdecay_manager_create_with_host_pool("memdecay", 16, 0, 0, 3, &mgr));
+  for (k = 0; k < 2; ++k) {
+    CHECK_OK(memdecay_manager_open(mgr, k + 1, cfg, NULL, &seqs[k]));
+    CHECK_OK(memdecay_sequence_append(seqs[k], MEMDECAY_REGION_SYSTEM, 16));
+    CHECK_OK(memdecay_sequence_append(seqs[k], MEMDECAY_REGION_RETRIEVAL, 96));
+    CHECK_OK(memdecay_sequence_enable_host_tier(seqs[k], &tier));
+  }
+  CHECK_OK(memdecay_manager_select_global(mgr, 0, &plan));
+  CHECK_OK(memdecay_manager_commit(mgr, plan));
+  memdecay_global_plan_destroy(plan);
+  CHECK_OK(memdecay_manager_host_pages(mgr, &hosted));
+  CHECK(hosted == 3); /* 4 victims, a pool of 3 */
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.resident_pages == 10);
+  for (k = 0; k < 2 && sid == 0; ++k) {
+    CHECK_OK(memdecay_sequence_get_tier_info(seqs[k], &ti));
+    if (ti.host_pages > 0) sid = k + 1;
+  }
+  CHECK(sid != 0);
+  if (sid == 0) return;
+  CHECK_OK(memdecay_sequence_on_host(seqs[sid - 1], on_host, 16, &n));
+  for (i = 0; i < n; ++i) {
+    bounds[i] = on_host[i] ? 9.0f : (float)i;
+    if (!on_host[i] && i > 0 && i < low) low = i; /* the lowest-bound device page after the pinned system page */
+  }
+  CHECK_OK(memdecay_manager_protect_pages(mgr, sid, &low, 1));
+  CHECK_OK(memdecay_manager_select_recall_for_bounds(mgr, sid, bounds, n, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote > 0 && rv.num_demote + rv.num_drop == rv.num_promote);
+  for (i = 0; i < rv.num_demote; ++i) CHECK(rv.demote[i] != low);
+  for (i = 0; i < rv.num_drop; ++i) CHECK(rv.drop[i] != low);
+  CHECK_FAILS(memdecay_sequence_commit_recall(seqs[sid - 1], recall), MEMDECAY_USAGE_ERROR, "owned by a manager");
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  before = info.digest;
+  CHECK_FAILS(memdecay_manager_select_recall(mgr, sid, bounds, 1, NULL), MEMDECAY_INVALID_ARGUMENT, "out");
+  CHECK_OK(memdecay_manager_commit_recall(mgr, sid, recall));
+  CHECK_FAILS(memdecay_manager_commit_recall(mgr, sid, recall), MEMDECAY_USAGE_ERROR, "stale");
+  CHECK_OK(memdecay_manager_get_info(mgr, &info));
+  CHECK(info.digest != before);
+  memdecay_recall_plan_destroy(recall);
+  for (k = 0; k < 2; ++k) memdecay_sequence_destroy(seqs[k]);
+  memdecay_manager_destroy(mgr);
+  memdecay_config_destroy(cfg);
+}
+
 static void test_manager_snapshots(void) {
   memdecay_config* cfg = NULL;
   memdecay_manager *mgr = NULL, *back = NULL;
@@ -885,6 +949,7 @@ int main(int argc, char** argv) {
   test_snapshots();
   test_tables();
   test_manager();
+  test_manager_host_tier();
   test_manager_snapshots();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);

@@ -62,15 +62,16 @@ void bind_manager(py::module_& m) {
                                      "sequence's Config), a global budget in physical pages, fork, per-step "
                                      "protections, and a deterministic global selection.")
       .def(py::init([](const std::string& policy, std::size_t page_size, std::optional<std::size_t> global_high,
-                       std::optional<std::size_t> global_low) {
+                       std::optional<std::size_t> global_low, std::optional<std::size_t> host_pool) {
              md::manager_config cfg{.page_size = page_size};
              if (global_high) cfg.global = md::global_budget::pages(*global_high, global_low);
+             if (host_pool) cfg.host_pool = *host_pool;
              cfg.global.validate();
              return with_policy(
                  policy, [&]<template <class> class P>() -> handle { return std::make_shared<manager_impl<P>>(cfg); });
            }),
            py::arg("policy") = "memdecay", py::kw_only(), py::arg("page_size") = 16,
-           py::arg("global_high") = py::none(), py::arg("global_low") = py::none())
+           py::arg("global_high") = py::none(), py::arg("global_low") = py::none(), py::arg("host_pool") = py::none())
       .def_property_readonly("policy", &manager_handle::policy)
       .def_property_readonly("now", &manager_handle::now)
       .def(
@@ -171,6 +172,46 @@ void bind_manager(py::module_& m) {
       .def_property_readonly("resident_pages", &manager_handle::resident_pages)
       .def_property_readonly("reclaimable_pages", &manager_handle::reclaimable_pages)
       .def_property_readonly("physical_pages", &manager_handle::physical_pages)
+      .def_property_readonly("host_pages", &manager_handle::host_pages,
+                             "Pages on the host tiers of all sequences (at most host_pool).")
+      .def(
+          "select_recall",
+          [](const manager_handle& mh, std::uint64_t id, const py::object& query) {
+            const auto q = float_values(query, "query");
+            py::gil_scoped_release release;
+            return mh.select_recall(id, values_of(q));
+          },
+          py::arg("id"), py::arg("query"),
+          "Sequence `id`'s recall plan for the query (needs its host tier and page digests); never displaces a page "
+          "protected for this step or shared.")
+      .def(
+          "select_recall_for_bounds",
+          [](const manager_handle& mh, std::uint64_t id, const py::object& bounds) {
+            const auto b = float_values(bounds, "bounds");
+            py::gil_scoped_release release;
+            return mh.select_recall_for_bounds(id, values_of(b));
+          },
+          py::arg("id"), py::arg("bounds"), "select_recall from per-page bounds the engine computed.")
+      .def("check_recall", &manager_handle::check_recall, py::arg("id"), py::arg("plan"))
+      .def(
+          "commit_recall",
+          [](manager_handle& mh, std::uint64_t id, const md::recall_plan& plan, const py::object& table) -> py::object {
+            if (table.is_none()) {
+              mh.commit_recall(id, plan);
+              return py::none();
+            }
+            if (!py::isinstance<pool_type>(table))
+              raise_argument("table", "a BlockPool (the table that can insert the promoted pages)");
+            auto done = mh.commit_recall(id, plan, table.cast<pool_type&>());
+            py::dict out;
+            out["inserted"] = to_numpy(done.inserted);
+            out["removed"] = py::cast(std::move(done.removed));
+            return out;
+          },
+          py::arg("id"), py::arg("plan"), py::arg("table") = py::none(),
+          "Applies sequence `id`'s recall plan, with the manager's checks (a protected page displaced, the host pool "
+          "overfilled: UsageError, nothing changes); with a BlockPool keyed by the manager's ids, as "
+          "Sequence.commit_recall.")
       .def("prefix_cache_boundary", &manager_handle::prefix_cache_boundary, py::arg("id"))
       .def("prefix_cacheable_tokens", &manager_handle::prefix_cacheable_tokens, py::arg("id"))
       .def(

@@ -23,6 +23,13 @@ std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const 
 }
 
 namespace {
+md::query_signal signal_of(const std::string& name) {
+  if (name == "bound_softmax") return md::query_signal::bound_softmax;
+  if (name == "bound_softmax_tokens") return md::query_signal::bound_softmax_tokens;
+  raise_argument("signal", "'" + name + "' (bound_softmax or bound_softmax_tokens)");
+}
+}  // namespace
+
 // Any float array (any shape) as contiguous float32 values: the caller's memory when it already is, one copy
 // otherwise; ValueError naming `name` for what NumPy cannot make floats of.
 py::array_t<float> float_values(const py::handle& obj, const char* name) {
@@ -35,13 +42,7 @@ py::array_t<float> float_values(const py::handle& obj, const char* name) {
   }
   return py::reinterpret_borrow<py::array_t<float>>(a);
 }
-md::query_signal signal_of(const std::string& name) {
-  if (name == "bound_softmax") return md::query_signal::bound_softmax;
-  if (name == "bound_softmax_tokens") return md::query_signal::bound_softmax_tokens;
-  raise_argument("signal", "'" + name + "' (bound_softmax or bound_softmax_tokens)");
-}
 std::span<const float> values_of(const py::array_t<float>& a) { return {a.data(), static_cast<std::size_t>(a.size())}; }
-}  // namespace
 
 void bind_sequence(py::module_& m) {
   m.attr("POLICIES") = policy_names();

@@ -37,6 +37,10 @@ class kwargs_source final : public param_source {
 };
 
 /// A new sequence of `policy` (config_error for an unknown policy or parameter).
+// Any float array (any shape) as contiguous float32 values: the caller's memory when it already is, one copy
+// otherwise; ValueError naming `name` for what NumPy cannot make floats of.
+py::array_t<float> float_values(const py::handle& obj, const char* name);
+std::span<const float> values_of(const py::array_t<float>& a);
 std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,
                                                const py::dict& params);
 

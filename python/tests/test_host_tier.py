@@ -72,3 +72,43 @@ def test_errors_change_nothing():
     with pytest.raises(md.InputError):
         seq.select_recall(np.array([1.0], np.float32))
     assert seq.host_pages > 0 and seq.digest() != digest  # only the clock moved
+
+
+def test_a_manager_shares_one_host_pool_and_recalls_around_its_protections():
+    mgr = md.Manager(page_size=P, host_pool=3)
+    pool = md.BlockPool(64, P)
+    for sid in (1, 2):
+        seq = mgr.open(sid, md.Config(page_size=P, protection=md.Protection(recent_tokens=P, sink_pages=0),
+                                      budget=md.Budget.pages(5)))
+        pool.open(sid)
+        seq.append("system", P)
+        seq.append("retrieval", 6 * P)
+        pool.append_tokens(sid, 7 * P)
+        seq.enable_host_tier()
+    plan = mgr.select_global()
+    assert sum(len(p.demoted) for p in plan.plans.values()) == 3 and plan.pages_freed == 4, "the pool holds 3"
+    mgr.commit(plan, pool, "identity")
+    assert mgr.host_pages == 3 and mgr.resident_pages == 10
+    for sid in (1, 2):
+        assert pool.num_pages(sid) == mgr[sid].device_pages
+    # The sequence with host pages wants them back; it is at its budget, so each promotion displaces a device
+    # page. Its lowest-bound device page is protected for this step: the manager's plan spares it.
+    sid = 1 if mgr[1].host_pages else 2
+    seq = mgr[sid]
+    bounds = np.where(seq.on_host(), 9.0, np.arange(seq.num_pages)).astype(np.float32)
+    device = [p for p in range(seq.num_pages) if not seq.on_host()[p] and seq.page_statuses()[p] == "evictable"]
+    mgr.protect_pages(sid, [device[0]])
+    recall = mgr.select_recall_for_bounds(sid, bounds)
+    assert len(recall.promote) > 0 and len(recall.demote) + len(recall.drop) == len(recall.promote)
+    assert device[0] not in list(recall.demote) + list(recall.drop)
+    own = seq.select_recall_for_bounds(bounds)  # the sequence's own plan knows nothing of the protection
+    assert device[0] in list(own.demote) + list(own.drop)
+    digest = mgr.digest()
+    with pytest.raises(md.UsageError, match="protected for this step"):
+        mgr.commit_recall(sid, own, pool)
+    assert mgr.digest() == digest
+    with pytest.raises(md.UsageError, match="owned by a manager"):
+        seq.commit_recall(recall)
+    done = mgr.commit_recall(sid, recall, pool)
+    assert len(done["inserted"]) == len(recall.promote)
+    assert pool.num_pages(sid) == seq.device_pages and pool.consistent()

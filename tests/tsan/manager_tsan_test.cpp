@@ -11,6 +11,8 @@
 //   4. one thread commits the global plan.
 // A third run does steps 1, 2 and 4 through the manager's batch step (observe_batch, advance_to and select_global
 // on a thread_pool) and must make the same decisions.
+// Every other sequence has a host tier, under a host pool they share: observations cover device tokens, the global
+// plans demote and drop, step 2 also commits a recall, and step 3's queries include recall plans.
 // TSan reports any data race (the test fails with exit code 66); the test also checks that the threaded run made
 // exactly the decisions of the same calls made on one thread (decisions never depend on threads).
 // With the argument `race`, two threads feed the SAME sequence (what the documentation forbids), to show that
@@ -51,7 +53,7 @@ void append_for(md::sequence& seq, std::uint64_t id, int step) {
   seq.append(static_cast<md::region_id>(1 + (id + static_cast<std::uint64_t>(step)) % 6), 1 + (id + step) % 5);
 }
 std::vector<float> mass_for(const md::sequence& seq, std::uint64_t id, int step) {
-  std::vector<float> mass(seq.kv_len());
+  std::vector<float> mass(seq.device_len());
   for (std::size_t i = 0; i < mass.size(); ++i)
     mass[i] = static_cast<float>((i * 7 + id * 3 + static_cast<std::size_t>(step)) % 11) / 11.0f;
   return mass;
@@ -62,12 +64,44 @@ void feed(md::sequence& seq, std::uint64_t id, int step) {
   (void)seq.select(2);  // a const query on one's own sequence between mutations
 }
 
+// Query bounds that favour the pages whose origin matches the step: deterministic in (layout, step).
+std::vector<float> bounds_for(const md::sequence& seq, int step) {
+  std::vector<float> bounds(seq.num_pages());
+  const auto origins = seq.state().page_origins();
+  for (std::size_t p = 0; p < bounds.size(); ++p)
+    bounds[p] = static_cast<float>((origins[p] * 5 + static_cast<std::uint64_t>(step)) % 7);
+  return bounds;
+}
+std::uint64_t recalled = 0;  // pages step 2 promoted (this thread only)
+
+// Step 2's recall: one tiered sequence per step, through the manager (one thread: it changes the manager).
+std::uint64_t recall_one(md::manager& mgr, int step) {
+  const std::uint64_t id = 10 * (1 + 2 * static_cast<std::uint64_t>(step % (sequences / 2)));
+  const auto plan = mgr.select_recall_for_bounds(id, bounds_for(mgr.at(id), step));
+  mgr.commit_recall(id, plan);
+  recalled += plan.promote.size();
+  return plan.pages_moved() + 100 * mgr.host_pages();
+}
+
+// Step 3's const queries on the whole manager, hashed: every thread (and every run) must see the same.
+std::uint64_t queries(const md::manager& cmgr, const md::manager::global_plan_type& plan, int step) {
+  std::uint64_t h = plan.digest() ^ cmgr.digest();
+  for (std::uint64_t id : cmgr.ids()) {
+    h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
+    if (cmgr.at(id).has_host_tier()) h += cmgr.select_recall_for_bounds(id, bounds_for(cmgr.at(id), step)).pages_moved();
+  }
+  return h + cmgr.host_pages();
+}
+
 // Runs the loop; `threaded` spreads steps 1 and 3 over threads; `batched` does step 1's observations, the clock and
 // the global selection through the manager's batch step on a thread_pool (core/executor.hpp) instead. Returns a
 // digest of every decision.
 std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
-  md::manager mgr({.page_size = 4, .global = md::global_budget::pages(30, 24)});
-  for (std::uint64_t id = 0; id < sequences; ++id) mgr.open(id * 10, config_for(id));
+  md::manager mgr({.page_size = 4, .global = md::global_budget::pages(30, 24), .host_pool = 10});
+  for (std::uint64_t id = 0; id < sequences; ++id) {
+    auto& seq = mgr.open(id * 10, config_for(id));
+    if (id % 2 == 1) seq.enable_host_tier({.min_host_priority = 0.3, .min_device_steps = 2});
+  }
   md::thread_pool executor(threads);
   md::detail::fnv1a64 decisions;
   for (int step = 1; step <= steps; ++step) {
@@ -80,12 +114,9 @@ std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
       (void)mgr.observe_batch(batch, executor);
       mgr.advance_to(static_cast<md::step_t>(step), executor);
       mgr.protect_tail_tokens(10 * static_cast<std::uint64_t>(step % sequences), 3);
+      decisions.add(recall_one(mgr, step));
       const auto plan = mgr.select_global(static_cast<std::size_t>(step % 3), executor);
-      const auto& cmgr = mgr;
-      std::uint64_t h = plan.digest() ^ cmgr.digest();
-      for (std::uint64_t id : cmgr.ids())
-        h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
-      decisions.add(plan.digest()).add(h);
+      decisions.add(plan.digest()).add(queries(mgr, plan, step));
       mgr.commit(plan);
       continue;
     }
@@ -107,16 +138,12 @@ std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
     // 2. Manager-level mutations: one thread.
     mgr.advance_to(static_cast<md::step_t>(step));
     mgr.protect_tail_tokens(10 * static_cast<std::uint64_t>(step % sequences), 3);
+    decisions.add(recall_one(mgr, step));
     // 3. Concurrent const queries on the same manager: every thread must see the same plan.
     const auto& cmgr = mgr;
     std::vector<std::uint64_t> seen(threads);
     auto query = [&](int t) {
-      const auto plan = cmgr.select_global(static_cast<std::size_t>(step % 3));
-      std::uint64_t h = plan.digest() ^ cmgr.digest();
-      for (std::uint64_t id : cmgr.ids()) {
-        h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
-      }
-      seen[static_cast<std::size_t>(t)] = h;
+      seen[static_cast<std::size_t>(t)] = queries(cmgr, cmgr.select_global(static_cast<std::size_t>(step % 3)), step);
     };
     if (threaded) {
       std::vector<std::jthread> pool;
@@ -132,6 +159,7 @@ std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
     mgr.commit(plan);
   }
   decisions.add(mgr.digest()).add(static_cast<std::uint64_t>(mgr.resident_pages()));
+  if (mgr.host_pages() == 0 || recalled == 0) fail("the tiers were not exercised (no host page or no recall)");
   return decisions.value();
 }
 

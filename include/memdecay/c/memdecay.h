@@ -396,7 +396,7 @@ typedef struct memdecay_host_tier_config {
 } memdecay_host_tier_config;
 /* The defaults: unlimited host tier, no region rule, no hysteresis, 4 steps, no limit. */
 MEMDECAY_C_API memdecay_host_tier_config memdecay_host_tier_config_default(void);
-/* MEMDECAY_CONFIG_ERROR naming the field; MEMDECAY_USAGE_ERROR for a manager's sequence. */
+/* MEMDECAY_CONFIG_ERROR naming the field. A manager's sequence counts toward its manager's host pool. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_enable_host_tier(memdecay_sequence* sequence,
                                                                   const memdecay_host_tier_config* config);
 /* MEMDECAY_USAGE_ERROR while pages are on the host (they would be lost). */
@@ -500,6 +500,11 @@ typedef struct memdecay_global_plan memdecay_global_plan;
 /* Many sequences of one policy under one pool: global_high pages (0: no global budget), global_low <= high. */
 MEMDECAY_C_API memdecay_status memdecay_manager_create(const char* policy, size_t page_size, size_t global_high,
                                                        size_t global_low, memdecay_manager** out);
+/* memdecay_manager_create with a host pool: at most host_pool pages on the host tiers of all its sequences
+ * (docs/tiers.md, "Many sequences"; memdecay_sequence_enable_host_tier on a managed sequence gives it a tier). */
+MEMDECAY_C_API memdecay_status memdecay_manager_create_with_host_pool(const char* policy, size_t page_size,
+                                                                      size_t global_high, size_t global_low,
+                                                                      size_t host_pool, memdecay_manager** out);
 MEMDECAY_C_API void memdecay_manager_destroy(memdecay_manager* manager);
 MEMDECAY_C_API const char* memdecay_manager_last_error(const memdecay_manager* manager);
 /*
@@ -535,6 +540,19 @@ typedef struct memdecay_manager_info {
 MEMDECAY_C_API memdecay_status memdecay_manager_get_info(const memdecay_manager* manager, memdecay_manager_info* info);
 MEMDECAY_C_API memdecay_status memdecay_manager_ids(const memdecay_manager* manager, uint64_t* ids, size_t capacity,
                                                     size_t* count);
+/* Pages on the host tiers of all sequences (at most the host pool). */
+MEMDECAY_C_API memdecay_status memdecay_manager_host_pages(const memdecay_manager* manager, size_t* pages);
+/* Sequence id's recall plan (as memdecay_sequence_select_recall*), never displacing a page protected for this step
+ * or shared; memdecay_manager_commit_recall applies one with the manager's checks (a protected page displaced, the
+ * host pool overfilled: MEMDECAY_USAGE_ERROR, nothing changes). A managed sequence's own commit_recall refuses. */
+MEMDECAY_C_API memdecay_status memdecay_manager_select_recall(const memdecay_manager* manager, uint64_t id,
+                                                              const float* query, size_t query_count,
+                                                              memdecay_recall_plan** out);
+MEMDECAY_C_API memdecay_status memdecay_manager_select_recall_for_bounds(const memdecay_manager* manager, uint64_t id,
+                                                                         const float* bounds, size_t count,
+                                                                         memdecay_recall_plan** out);
+MEMDECAY_C_API memdecay_status memdecay_manager_commit_recall(memdecay_manager* manager, uint64_t id,
+                                                              const memdecay_recall_plan* plan);
 
 /* Phase 1 (changes nothing): every sequence's budget, then the global one, plus pages_to_free more. */
 MEMDECAY_C_API memdecay_status memdecay_manager_select_global(const memdecay_manager* manager, size_t pages_to_free,

@@ -39,6 +39,16 @@
 //
 // Prefix cache. prefix_cache_boundary(id) is the sequence's first evicted original page: the engine must not hash
 // or reuse blocks at or after it, because their K/V were computed with context that is gone.
+//
+// Host tiers (tiers/host_tier.hpp). A managed sequence may have one (seq.enable_host_tier): its victims, of its own
+// budget or of the global pass, then split into demoted and dropped by its tier's rules, and the manager adds the
+// host pool (manager_config::host_pool), shared by every tier: when the demotions would overfill it, the
+// lowest-scoring pages of the pool (host pages and would-be demotions, in the global order) are dropped instead.
+// The budgets count device pages; a host page holds no device block, so it is neither shared nor protected (its
+// flags end when it leaves the device, as an evicted page's do). Recall goes through the manager too
+// (select_recall, commit_recall): it never displaces a page protected for this step or shared, and every commit,
+// eviction or recall, keeps the pool within its size. The commits that take a host store (tiers/host_store.hpp)
+// order the copies with the table's changes, all or nothing, as a single sequence's do.
 #ifndef MEMDECAY_CORE_MANAGER_HPP
 #define MEMDECAY_CORE_MANAGER_HPP
 
@@ -71,6 +81,9 @@
 #include "memdecay/core/policy.hpp"
 #include "memdecay/core/sequence.hpp"
 #include "memdecay/core/sequence_like.hpp"
+#include "memdecay/detail/undo.hpp"
+#include "memdecay/tiers/host_store.hpp"
+#include "memdecay/tiers/host_tier.hpp"
 
 namespace memdecay {
 
@@ -100,11 +113,15 @@ struct global_budget {
   }
 };
 
-/// The configuration of a manager: the page size every sequence must use (the pool's block size) and the global
-/// budget.
+/// The configuration of a manager: the page size every sequence must use (the pool's block size), the global
+/// budget (device blocks) and the host pool.
 struct manager_config {
   std::size_t page_size = 16;
   global_budget global{};
+  /// Pages the host pool holds over every sequence's host tier (tiers/host_tier.hpp; each tier also keeps its own
+  /// host_budget). A selection that would demote beyond it drops the lowest-scoring pages of the pool instead, in
+  /// the global order; every commit keeps the pool within it.
+  std::size_t host_pool = std::numeric_limits<std::size_t>::max();
 };
 
 /// Why a page was selected.
@@ -218,6 +235,7 @@ class basic_manager {
   sequence_type& fork(SequenceId parent, SequenceId child) {
     auto& p = find_entry(parent, "fork")->second;
     if (entries_.contains(child)) detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    check_forkable(*p.seq, parent);
     auto seq = std::make_unique<sequence_type>(*p.seq);  // may throw: nothing changed yet
     auto& out = adopt(child, std::move(seq));
     share_full_pages(p, find_entry(child, "fork")->second);
@@ -225,12 +243,14 @@ class basic_manager {
   }
   /// fork(parent, child) and the table's fork(table_id(parent), table_id(child)) together (block_pool::fork
   /// shares the full blocks and gives the child a block for the partial page). usage_error, changing neither,
-  /// if the table disagrees with the parent or refuses the fork.
+  /// if the table disagrees with the parent or refuses the fork. A parent with pages on the host cannot fork
+  /// (usage_error): a host store keeps one copy per (sequence, page), and the child would hold pages it has none of.
   template <class Table, class IdMap>
   requires page_table<Table> && requires(Table& t, const typename Table::sequence_id& a) { t.fork(a, a); }
   sequence_type& fork(SequenceId parent, SequenceId child, Table& table, IdMap table_id) {
     const auto& p = find_entry(parent, "fork")->second;
     if (entries_.contains(child)) detail::raise_usage("fork: sequence " + detail::to_text(child) + " is already open");
+    check_forkable(*p.seq, parent);
     detail::check_page_table(table, table_id_of<Table>(table_id, parent), p.seq->page_size(), p.seq->num_pages(),
                              "fork: sequence " + detail::to_text(parent));
     auto seq = std::make_unique<sequence_type>(*p.seq);
@@ -273,16 +293,22 @@ class basic_manager {
   }
 
   // --- sizes -------------------------------------------------------------------------------------------------
-  /// Resident pages over all sequences (a shared page counts once per holder).
+  /// Resident (device) pages over all sequences (a shared page counts once per holder).
   [[nodiscard]] std::size_t resident_pages() const noexcept {
     std::size_t n = 0;
-    for (const auto& [id, e] : entries_) n += e.seq->num_pages();
+    for (const auto& [id, e] : entries_) n += e.seq->device_pages();
     return n;
   }
   /// Resident pages whose block no one else holds: what eviction could give back to the pool.
   [[nodiscard]] std::size_t reclaimable_pages() const {
     std::size_t n = 0;
-    for (const auto& [id, e] : entries_) n += e.seq->num_pages() - count_sharing(e);
+    for (const auto& [id, e] : entries_) n += e.seq->device_pages() - count_sharing(e);
+    return n;
+  }
+  /// Pages on the host tiers of all sequences: what the host pool holds (at most manager_config::host_pool).
+  [[nodiscard]] std::size_t host_pages() const noexcept {
+    std::size_t n = 0;
+    for (const auto& [id, e] : entries_) n += e.seq->host_pages();
     return n;
   }
   /// Physical blocks the open sequences hold: private pages, plus each shared block once. The global budget is
@@ -327,11 +353,13 @@ class basic_manager {
   template <executor Exec = inline_executor>
   std::vector<std::size_t> observe_batch(std::span<const observation> batch, Exec&& exec = Exec{}) {
     const auto seqs = batch_sequences(batch);
+    std::vector<std::vector<float_type>> held(batch.size());  // a sequence with host pages: its held-token mass
     detail::run_all(exec, batch.size(), [&](std::size_t i) {
-      naming_sequence(batch[i].id, [&] { seqs[i]->check_observe_tokens(batch[i].mass); });
+      naming_sequence(batch[i].id, [&] { held[i] = seqs[i]->check_tokens_for_batch(batch[i].mass); });
     });
     std::vector<std::size_t> refreshed(batch.size());
-    detail::run_all(exec, batch.size(), [&](std::size_t i) { refreshed[i] = seqs[i]->observe_checked(batch[i].mass); });
+    detail::run_all(exec, batch.size(),
+                    [&](std::size_t i) { refreshed[i] = seqs[i]->observe_checked(batch[i].mass, held[i]); });
     return refreshed;
   }
   /// One sequence's observation in a batch as the engine's kernel wrote it (core/attention_rows.hpp).
@@ -406,7 +434,7 @@ class basic_manager {
   template <shared_page_table Table, class IdMap>
   void mark_shared_from(const Table& table, IdMap table_id) {
     for (const auto& [id, e] : entries_)
-      detail::check_page_table(table, table_id_of<Table>(table_id, id), e.seq->page_size(), e.seq->num_pages(),
+      detail::check_page_table(table, table_id_of<Table>(table_id, id), e.seq->page_size(), e.seq->device_pages(),
                                "mark_shared_from: sequence " + detail::to_text(id));
     std::map<SequenceId, std::map<std::uint64_t, std::uint64_t>> flags;
     std::map<std::uint64_t, block_holders> blocks;
@@ -423,12 +451,13 @@ class basic_manager {
       const auto tid = table_id_of<Table>(table_id, id);
       auto& f = flags[id];
       const auto origins = e.seq->state().page_origins();
-      for (std::size_t p = 0; p < e.seq->num_pages(); ++p) {
-        const auto block = table.page_at(tid, p);
+      const auto device = device_page_list(*e.seq);  // the table holds the device pages, in page order
+      for (std::size_t d = 0; d < device.size(); ++d) {
+        const auto block = table.page_at(tid, d);
         const auto refs = refs_of(block);
         if (refs <= 1) continue;
         const std::uint64_t key = static_cast<std::uint64_t>(block);  // physical ids sit below the synthetic keys
-        f.emplace(origins[p], key);
+        f.emplace(origins[device[d]], key);
         ++blocks[key].holders;
         table_refs[key] = refs;
       }
@@ -445,14 +474,15 @@ class basic_manager {
 
   // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
   /// What `id`'s own budget asks for, honouring this step's protections.
+  /// With a host tier, the host pool's rule applies to the sequence's own pages (see the top of this file).
   [[nodiscard]] plan_type select(SequenceId id) const {
     const auto& e = find_entry(id, "select")->second;
-    return e.seq->select_for_budget(protected_pages(id));
+    return fit_one(id, e.seq->select_for_budget(protected_pages(id)));
   }
-  /// The `k` lowest-scoring evictable pages of `id`, honouring this step's protections.
+  /// The `k` lowest-scoring evictable pages of `id`, honouring this step's protections (and the host pool).
   [[nodiscard]] plan_type select(SequenceId id, std::size_t k) const {
     const auto& e = find_entry(id, "select")->second;
-    return e.seq->select(k, protected_pages(id));
+    return fit_one(id, e.seq->select(k, protected_pages(id)));
   }
   /// Every sequence's own budget, then the global budget; see the top of this file. `pages_to_free`: the engine
   /// needs at least this many blocks back now (say, to admit a request); the plan frees at least that many in
@@ -491,7 +521,7 @@ class basic_manager {
       r.plan = e.seq->select_for_budget(r.protect);
       const auto origins = e.seq->state().page_origins();
       for (std::size_t p : r.plan.pages) r.shared.push_back(shares_memory(e, origins[p]) ? 1 : 0);
-      r.reclaimable = e.seq->num_pages();
+      r.reclaimable = e.seq->device_pages();
       if (!e.shared.empty())
         for (std::size_t p = 0; p < origins.size(); ++p) r.reclaimable -= shares_memory(e, origins[p]) ? 1 : 0;
     });
@@ -575,9 +605,14 @@ class basic_manager {
       std::sort(pages.begin(), pages.end());
       const auto& seq = at(id);
       const std::size_t requested = pages.size();
-      out.plans.emplace(id, detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget, seq.page_scores(),
-                                                               std::move(pages), requested));
+      std::vector<float_type> buffer;
+      const auto scores = scores_of(seq, buffer);
+      auto plan = detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget, scores, std::move(pages),
+                                                     requested, seq.device_len());
+      if (seq.has_host_tier()) seq.split_for_host(plan, scores);  // both passes' victims, by the tier's rules
+      out.plans.emplace(id, std::move(plan));
     }
+    fit_host_pool(out.plans, [](SequenceId) { return true; });
     return out;
   }
 
@@ -590,24 +625,34 @@ class basic_manager {
   /// (every table this library ships) then removes every sequence's pages in one call that is itself all or
   /// nothing, and the states follow without anything left that can fail: whatever throws (the table, the engine
   /// behind it, an allocation), the table and every state are as before. Returns each sequence's page_removal
-  /// (the removed pages, the memory that freed, their slots).
+  /// (the removed pages, the memory that freed, their slots). With host tiers the table removes every page that
+  /// leaves the device, demoted or dropped (the engine copied the demoted ones to host before; the commit that
+  /// takes a host store does that copy itself), and usage_error, changing nothing, if the plan would overfill the
+  /// host pool (a recall committed since the selection may have filled it).
   template <page_table Table, class IdMap>
   std::map<SequenceId, page_removal<typename Table::page_id>> commit(const global_plan_type& plan, Table& table,
                                                                      IdMap table_id) {
     for (const auto& [id, p] : plan.plans) check_commit(id, p, table, table_id_of<Table>(table_id, id));
+    check_host_pool(plan.plans, "commit");
     std::map<SequenceId, page_removal<typename Table::page_id>> removals;
     if constexpr (batch_page_table<Table>) {
       // One call for the whole batch (a CSR then moves its entries once, not once per sequence), then the states.
       std::vector<sequence_pages<typename Table::sequence_id>> batch;
       std::vector<entry*> entries;
+      std::vector<const plan_type*> plans;
       std::vector<std::vector<std::uint64_t>> evicted;
+      std::vector<std::vector<std::size_t>> device;  // the table's indices of the pages leaving the device
       batch.reserve(plan.plans.size());
       entries.reserve(plan.plans.size());
+      plans.reserve(plan.plans.size());
       evicted.reserve(plan.plans.size());
+      device.reserve(plan.plans.size());
       std::vector<page_removal<typename Table::page_id>*> slots;  // the result's nodes, allocated up front
       for (const auto& [id, p] : plan.plans) {
-        batch.push_back({table_id_of<Table>(table_id, id), p.pages});
         entries.push_back(&find_entry(id, "commit")->second);
+        device.push_back(device_indices_of(*entries.back()->seq, p.pages));
+        batch.push_back({table_id_of<Table>(table_id, id), device.back()});
+        plans.push_back(&p);
         evicted.push_back(evicted_origins(*entries.back(), p.pages));
         slots.push_back(&removals[id]);
       }
@@ -617,7 +662,7 @@ class basic_manager {
                             detail::to_text(batch.size()) + " sequences (a broken batch_page_table)");
       for (std::size_t k = 0; k < done.size(); ++k) detail::check_removal_answer(done[k], batch[k].pages.size());
       for (std::size_t k = 0; k < entries.size(); ++k) {  // nothing below can fail
-        entries[k]->seq->remove(batch[k].pages);
+        entries[k]->seq->apply_plan(*plans[k]);
         forget(*entries[k], evicted[k]);
         *slots[k] = std::move(done[k]);
       }
@@ -630,29 +675,155 @@ class basic_manager {
     }
     return removals;
   }
+  /// commit(plan, table, table_id) with the engine's host store (tiers/host_store.hpp) doing the copies: every
+  /// sequence's demoted pages' K/V goes to the host first, then the table removes every page leaving the device,
+  /// then the host copies of the pages dropped from the host tiers are released. A store that throws or copies
+  /// fewer pages than asked (input_error) leaves every sequence, the table and the store as they were (the copies
+  /// made are released again), as does the table's batch removal failing (a batch_page_table, every table this
+  /// library ships: its removal is all or nothing).
+  template <batch_page_table Table, class IdMap, class Store>
+    requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
+  std::map<SequenceId, page_removal<typename Table::page_id>> commit(const global_plan_type& plan, Table& table,
+                                                                     IdMap table_id, Store& store) {
+    using table_sequence = typename Table::sequence_id;
+    for (const auto& [id, p] : plan.plans) check_commit(id, p, table, table_id_of<Table>(table_id, id));
+    check_host_pool(plan.plans, "commit");
+    struct host_copies {
+      table_sequence sequence;
+      std::vector<std::uint64_t> demoted, host_dropped;
+    };
+    std::vector<host_copies> copies;  // per tiered sequence of the plan, in id order
+    copies.reserve(plan.plans.size());
+    for (const auto& [id, p] : plan.plans)
+      if (!p.demoted.empty() || !p.host_dropped.empty()) {
+        const auto& seq = at(id);
+        copies.push_back({table_id_of<Table>(table_id, id), seq.origins_of(p.demoted), seq.origins_of(p.host_dropped)});
+      }
+    std::size_t copied = 0;  // sequences whose demoted pages are on the host
+    const auto release_copied = [&]() noexcept {
+      for (std::size_t k = copied; k-- > 0;) store.release(copies[k].sequence, copies[k].demoted);
+    };
+    detail::or_undo(
+        [&] {
+          for (const auto& [id, p] : plan.plans) {
+            if (p.demoted.empty() && p.host_dropped.empty()) continue;
+            const auto& seq = at(id);
+            const auto& c = copies[copied];
+            std::vector<typename Table::page_id> blocks;
+            blocks.reserve(p.demoted.size());
+            for (std::size_t d : seq.host_tier().device_indices(p.demoted)) blocks.push_back(table.page_at(c.sequence, d));
+            sequence_type::copy_all_to_host(store, c.sequence, std::span<const std::uint64_t>(c.demoted), blocks,
+                                            "commit");
+            ++copied;
+          }
+        },
+        release_copied);
+    auto removals = detail::or_undo([&] { return commit(plan, table, table_id); }, release_copied);
+    for (const auto& c : copies) store.release(c.sequence, c.host_dropped);
+    return removals;
+  }
   /// Throws what commit(plan) would throw, changing nothing: for an engine that removes the pages itself between
   /// the check and the state-only commit (the C API's commit with a callback).
   void check_commit(const global_plan_type& plan) const {
     for (const auto& [id, p] : plan.plans) check_commit(id, p);
+    check_host_pool(plan.plans, "commit");
   }
   /// Applies a global plan to the sequences' states only (the engine updated its table itself). usage_error,
-  /// changing nothing, if any plan is stale or names a page protected for this step.
+  /// changing nothing, if any plan is stale or names a page protected for this step, or would overfill the host
+  /// pool.
   void commit(const global_plan_type& plan) {
-    for (const auto& [id, p] : plan.plans) check_commit(id, p);
+    check_commit(plan);
     for (const auto& [id, p] : plan.plans) apply(id, p);
   }
   /// Applies one sequence's plan to the table and the state (see basic_sequence::commit), honouring this step's
-  /// protections.
+  /// protections and the host pool.
   template <page_table Table, class IdMap>
   page_removal<typename Table::page_id> commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id) {
     const auto tid = table_id_of<Table>(table_id, id);
     check_commit(id, plan, table, tid);
+    check_host_pool(id, plan);
     return apply(id, plan, table, tid);
+  }
+  /// commit(id, plan, table, table_id) with the engine's host store doing the copies (basic_sequence::commit with a
+  /// store: all or nothing, the store included).
+  template <page_table Table, class IdMap, class Store>
+    requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
+  page_removal<typename Table::page_id> commit(SequenceId id, const plan_type& plan, Table& table, IdMap table_id,
+                                               Store& store) {
+    const auto tid = table_id_of<Table>(table_id, id);
+    check_commit(id, plan, table, tid);
+    check_host_pool(id, plan);
+    auto& e = find_entry(id, "commit")->second;
+    const auto evicted = evicted_origins(e, plan.pages);
+    auto removal = e.seq->remove_with_store(plan, table, tid, store);
+    forget(e, evicted);
+    return removal;
   }
   /// Applies one sequence's plan to its state only (the engine updated its table itself).
   void commit(SequenceId id, const plan_type& plan) {
     check_commit(id, plan);
+    check_host_pool(id, plan);
     apply(id, plan);
+  }
+
+  // --- recall (tiers/host_tier.hpp) ---------------------------------------------------------------------------
+  /// basic_sequence::select_recall for `id`, displacing no page protected for this step and no shared page (its
+  /// block would stay held: the promotion would take a block and free none).
+  [[nodiscard]] recall_plan select_recall(SequenceId id, std::span<const float> query) const {
+    const auto& e = find_entry(id, "select_recall")->second;
+    return e.seq->select_recall(query, undisplaceable_pages(e, id));
+  }
+  /// basic_sequence::select_recall_for_bounds for `id`, with the same protections as select_recall.
+  [[nodiscard]] recall_plan select_recall_for_bounds(SequenceId id, std::span<const float> page_bounds) const {
+    const auto& e = find_entry(id, "select_recall_for_bounds")->second;
+    return e.seq->select_recall_for_bounds(page_bounds, undisplaceable_pages(e, id));
+  }
+  /// Throws what commit_recall(id, plan) would throw, changing nothing: what basic_sequence::check_recall rejects,
+  /// and a usage_error for an unknown sequence, a displaced page protected for this step, or a plan that would
+  /// overfill the host pool.
+  void check_recall(SequenceId id, const recall_plan& plan) const {
+    const auto& e = find_entry(id, "commit_recall")->second;
+    e.seq->check_recall(plan);
+    const std::string where = "commit_recall: sequence " + detail::to_text(id);
+    const auto origins = e.seq->state().page_origins();
+    for (const auto* list : {&plan.demote, &plan.drop})
+      for (std::size_t p : *list)
+        if (e.protected_origins.contains(origins[p]))
+          detail::raise_usage(where + ": plan displaces page " + detail::to_text(p) +
+                              ", which is protected for this step");
+    check_pool_after(host_pages() - plan.promote.size() + plan.demote.size(), where);
+  }
+  /// Applies `id`'s recall plan to its state only (the engine moved the K/V and changed its table itself).
+  void commit_recall(SequenceId id, const recall_plan& plan) {
+    check_recall(id, plan);
+    auto& e = find_entry(id, "commit_recall")->second;
+    const auto displaced = displaced_origins(e, plan);
+    e.seq->apply_recall(plan);
+    forget(e, displaced);
+  }
+  /// basic_sequence::commit_recall(plan, table, seq) for `id`, with the manager's checks first.
+  template <inserting_page_table Table, class IdMap>
+  recall_commit<typename Table::page_id> commit_recall(SequenceId id, const recall_plan& plan, Table& table,
+                                                       IdMap table_id) {
+    check_recall(id, plan);
+    auto& e = find_entry(id, "commit_recall")->second;
+    const auto displaced = displaced_origins(e, plan);
+    auto out = e.seq->recall_into(plan, table, table_id_of<Table>(table_id, id));
+    forget(e, displaced);
+    return out;
+  }
+  /// basic_sequence::commit_recall(plan, table, seq, store) for `id`, with the manager's checks first: all or
+  /// nothing, the table and the store included.
+  template <inserting_page_table Table, class IdMap, class Store>
+    requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
+  recall_commit<typename Table::page_id> commit_recall(SequenceId id, const recall_plan& plan, Table& table,
+                                                       IdMap table_id, Store& store) {
+    check_recall(id, plan);
+    auto& e = find_entry(id, "commit_recall")->second;
+    const auto displaced = displaced_origins(e, plan);
+    auto out = e.seq->recall_into(plan, table, table_id_of<Table>(table_id, id), store);
+    forget(e, displaced);
+    return out;
   }
 
   // --- determinism -------------------------------------------------------------------------------------------
@@ -661,6 +832,7 @@ class basic_manager {
   [[nodiscard]] std::uint64_t digest() const noexcept {
     detail::fnv1a64 h;
     h.add(static_cast<std::uint64_t>(config_.page_size)).add(config_.global.high).add(config_.global.low).add(now_);
+    h.add(static_cast<std::uint64_t>(config_.host_pool));
     for (const auto& [id, e] : entries_) {
       h.add(static_cast<std::uint64_t>(id)).add(e.seq->digest());
       h.add(e.seq->config_digest());
@@ -857,7 +1029,10 @@ class basic_manager {
   void check_commit(SequenceId id, const plan_type& plan) const {
     const auto& e = find_entry(id, "commit")->second;
     const std::string where = "commit: sequence " + detail::to_text(id);
-    detail::check_plan(plan, e.seq->state(), std::span<const page_status>(e.seq->page_statuses()), where);
+    if (e.seq->has_host_tier())
+      e.seq->check_tiered_plan(plan, where);
+    else
+      detail::check_plan(plan, e.seq->state(), std::span<const page_status>(e.seq->page_statuses()), where);
     // A plan selected before protect_pages / protect_tail_tokens may name a page protected since: the generation
     // does not see the protection (found by tests/fuzz/adapter_fuzzer.cpp).
     const auto origins = e.seq->state().page_origins();
@@ -870,10 +1045,12 @@ class basic_manager {
                     const typename Table::sequence_id& tid) const {
     check_commit(id, plan);
     const auto& seq = *find_entry(id, "commit")->second.seq;
-    detail::check_page_table(table, tid, seq.page_size(), seq.num_pages(), "commit: sequence " + detail::to_text(id));
+    detail::check_page_table(table, tid, seq.page_size(), seq.device_pages(),
+                             "commit: sequence " + detail::to_text(id));
     // A batch table checks the whole batch once (commit(global plan)); one check per sequence would validate it
     // once per sequence.
-    if constexpr (checked_page_table<Table> && !batch_page_table<Table>) table.check_remove_pages(tid, plan.pages);
+    if constexpr (checked_page_table<Table> && !batch_page_table<Table>)
+      table.check_remove_pages(tid, device_indices_of(seq, plan.pages));
   }
 
   template <class Table>
@@ -889,7 +1066,7 @@ class basic_manager {
   void apply(SequenceId id, const plan_type& plan) {
     auto& e = find_entry(id, "commit")->second;
     forget(e, evicted_origins(e, plan.pages));
-    e.seq->remove(plan.pages);
+    e.seq->apply_plan(plan);
   }
   static std::vector<std::uint64_t> evicted_origins(const entry& e, std::span<const std::size_t> pages) {
     const auto origins = e.seq->state().page_origins();
@@ -904,6 +1081,119 @@ class basic_manager {
     for (std::uint64_t o : evicted) {
       unlink(e, o);
       e.protected_origins.erase(o);
+    }
+  }
+
+  // --- host tiers ---
+  void check_forkable(const sequence_type& parent, SequenceId id) const {
+    if (parent.host_pages() != 0)
+      detail::raise_usage("fork: sequence " + detail::to_text(id) + " has " + detail::to_text(parent.host_pages()) +
+                          " pages on the host (a host store keeps one copy per sequence: recall or drop them first)");
+  }
+  // The held indices of a sequence's device pages, in page order (the engine's device table holds these).
+  static std::vector<std::size_t> device_page_list(const sequence_type& seq) {
+    if (seq.has_host_tier()) return seq.host_tier().device_page_list();
+    std::vector<std::size_t> all(seq.num_pages());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    return all;
+  }
+  // The device table's indices of held device pages (the same numbers without pages on the host).
+  static std::vector<std::size_t> device_indices_of(const sequence_type& seq, std::span<const std::size_t> pages) {
+    if (seq.host_pages() != 0) return seq.host_tier().device_indices(pages);
+    return {pages.begin(), pages.end()};
+  }
+  // What a recall of `id` may not displace: this step's protections and the shared pages, ascending.
+  std::vector<std::size_t> undisplaceable_pages(const entry& e, SequenceId id) const {
+    auto out = protected_pages(id);
+    if (!e.shared.empty()) {
+      const auto shared = resident_indices(e, [&](std::uint64_t o) { return shares_memory(e, o); });
+      std::vector<std::size_t> both;
+      std::set_union(out.begin(), out.end(), shared.begin(), shared.end(), std::back_inserter(both));
+      out = std::move(both);
+    }
+    return out;
+  }
+  // The origins of the device pages a recall plan displaces (demoted or dropped): their flags end.
+  static std::vector<std::uint64_t> displaced_origins(const entry& e, const recall_plan& plan) {
+    auto out = evicted_origins(e, plan.demote);
+    const auto dropped = evicted_origins(e, plan.drop);
+    out.insert(out.end(), dropped.begin(), dropped.end());
+    return out;
+  }
+  // usage_error, "<where> leaves N pages in a host pool of M", unless `after` pages fit the host pool.
+  void check_pool_after(std::size_t after, const std::string& where) const {
+    if (after > config_.host_pool)
+      detail::raise_usage(where + ": the plan leaves " + detail::to_text(after) + " pages in a host pool of " +
+                          detail::to_text(config_.host_pool));
+  }
+  // The host pool after `plans` (checked: each plan's host lists are within its sequence).
+  std::size_t host_pages_after(const std::map<SequenceId, plan_type>& plans) const noexcept {
+    std::size_t after = host_pages();
+    for (const auto& [id, p] : plans) after = after + p.demoted.size() - p.host_dropped.size();
+    return after;
+  }
+  void check_host_pool(const std::map<SequenceId, plan_type>& plans, const char* call) const {
+    if (config_.host_pool == std::numeric_limits<std::size_t>::max()) return;
+    check_pool_after(host_pages_after(plans), call);
+  }
+  void check_host_pool(SequenceId id, const plan_type& plan) const {
+    if (plan.demoted.empty() || config_.host_pool == std::numeric_limits<std::size_t>::max()) return;
+    check_pool_after(host_pages() + plan.demoted.size() - plan.host_dropped.size(),
+                     "commit: sequence " + detail::to_text(id));
+  }
+  // A single sequence's plan under the host pool: only its own pages may be dropped for it.
+  plan_type fit_one(SequenceId id, plan_type plan) const {
+    if (plan.demoted.empty() || config_.host_pool == std::numeric_limits<std::size_t>::max()) return plan;
+    std::map<SequenceId, plan_type> one;
+    one.emplace(id, std::move(plan));
+    fit_host_pool(one, [id](SequenceId s) { return s == id; });
+    return std::move(one.begin()->second);
+  }
+  // The host pool's rule: while the pages the plans leave on the host tiers exceed manager_config::host_pool, the
+  // lowest of them in the global order (score, tie hash, sequence, page) are dropped instead: a demotion becomes a
+  // drop, a host page joins its sequence's host_dropped (a plan is made for a sequence that had none). Host pages
+  // of a sequence that `may_drop` refuses stay (a single sequence's plan cannot touch the others').
+  template <class Admit>
+  void fit_host_pool(std::map<SequenceId, plan_type>& plans, Admit may_drop) const {
+    if (config_.host_pool == std::numeric_limits<std::size_t>::max()) return;
+    const std::size_t after = host_pages_after(plans);
+    if (after <= config_.host_pool) return;
+    std::vector<candidate> pool;
+    for (const auto& [id, e] : entries_) {
+      if (!e.seq->has_host_tier()) continue;
+      const auto found = plans.find(id);
+      const plan_type* plan = found == plans.end() ? nullptr : &found->second;
+      const bool droppable = may_drop(id) && e.seq->host_pages() != 0;
+      if (!droppable && (!plan || plan->demoted.empty())) continue;
+      std::vector<float_type> buffer;
+      const auto scores = scores_of(*e.seq, buffer);
+      const auto origins = e.seq->state().page_origins();
+      const auto& tier = e.seq->host_tier();
+      if (droppable)
+        for (std::size_t p = 0; p < tier.size(); ++p)
+          if (tier.on_host(p) && !(plan && std::binary_search(plan->host_dropped.begin(), plan->host_dropped.end(), p)))
+            pool.push_back({scores[p], tie_rank(id, origins[p]), id, p});
+      if (plan)
+        for (std::size_t p : plan->demoted) pool.push_back({scores[p], tie_rank(id, origins[p]), id, p});
+    }
+    const std::size_t cut = std::min(after - config_.host_pool, pool.size());
+    std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(cut), pool.end());
+    for (std::size_t k = 0; k < cut; ++k) {
+      const candidate& c = pool[k];
+      auto found = plans.find(c.sequence);
+      if (found == plans.end()) {
+        const auto& seq = at(c.sequence);
+        found = plans.emplace(c.sequence, detail::plan_for_pages<float_type>(seq.state(), seq.get_config().budget,
+                                                                            std::span<const float_type>{}, {}, 0,
+                                                                            seq.device_len()))
+                    .first;
+      }
+      plan_type& plan = found->second;
+      const auto demoted = std::lower_bound(plan.demoted.begin(), plan.demoted.end(), c.page);
+      if (demoted != plan.demoted.end() && *demoted == c.page)
+        plan.demoted.erase(demoted);
+      else
+        plan.host_dropped.insert(std::lower_bound(plan.host_dropped.begin(), plan.host_dropped.end(), c.page), c.page);
     }
   }
 

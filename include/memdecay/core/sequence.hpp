@@ -36,6 +36,7 @@
 #include <ranges>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -177,14 +178,12 @@ class basic_sequence {
   }
 
   // --- host tier (tiers/host_tier.hpp) ------------------------------------------------------------------------
-  /// Demotes to a host tier from now on (config_error naming the field, changing nothing, for an invalid config;
-  /// usage_error for a managed sequence: the manager's global budget counts device pages only). Enabling again
-  /// changes the rules and keeps every page where it is; a host budget that holds fewer pages than the host tier
-  /// holds now is a config_error (no plan could then keep the tier within its budget: recall them first).
+  /// Demotes to a host tier from now on (config_error naming the field, changing nothing, for an invalid config).
+  /// Enabling again changes the rules and keeps every page where it is; a host budget that holds fewer pages than
+  /// the host tier holds now is a config_error (no plan could then keep the tier within its budget: recall them
+  /// first). A managed sequence's host pages also count toward its manager's host pool (manager_config::host_pool).
   void enable_host_tier(const host_tier_config& cfg) {
     cfg.validate();
-    if (mark_.owned)
-      detail::raise_usage("enable_host_tier: this sequence is owned by a manager, which has no host tier");
     if (tier_) {
       if (const std::size_t holds = cfg.host_capacity_pages(page_size(), logical_len()); holds < host_pages())
         detail::raise_config("host_tier.host_budget.high = " + detail::to_text(cfg.host_budget.high) + " holds " +
@@ -581,25 +580,7 @@ class basic_sequence {
     check_unmanaged();
     check_commit(plan);
     detail::check_page_table(table, seq, page_size(), device_pages());
-    if (!tier_) return remove_from(plan, table, seq);
-    const auto device_indices = tier_->device_indices(plan.pages);
-    if constexpr (checked_page_table<Table>) table.check_remove_pages(seq, device_indices);
-    const auto demoted = origins_of(plan.demoted);
-    const auto host_dropped = origins_of(plan.host_dropped);
-    std::vector<typename Table::page_id> blocks;
-    blocks.reserve(plan.demoted.size());
-    for (std::size_t p : plan.demoted) blocks.push_back(table.page_at(seq, tier_->device_index(p)));
-    copy_all_to_host(store, seq, demoted, blocks, "commit");
-    auto removal = detail::or_undo(
-        [&] {
-          auto r = table.remove_pages(seq, device_indices);
-          detail::check_removal_answer(r, device_indices.size());
-          return r;
-        },
-        [&] { store.release(seq, demoted); });
-    store.release(seq, host_dropped);
-    apply_plan(plan);
-    return removal;
+    return remove_with_store(plan, table, seq, store);
   }
 
   // --- recall (tiers/host_tier.hpp; phase 1 changes nothing) ---------------------------------------------------
@@ -669,24 +650,7 @@ class basic_sequence {
   recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
                                                        const typename Table::sequence_id& seq) {
     check_unmanaged();
-    check_recall(plan);
-    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
-    const bool insert_first = table.free_blocks() >= plan.promote.size();
-    const auto at = recall_positions(plan, insert_first);
-    table.check_remove_pages(seq, at.remove_now);
-    recall_commit<typename Table::page_id> out;
-    if (insert_first) {
-      out.inserted = table.insert_pages(seq, at.insert_at);
-      out.removed = detail::or_undo([&] { return remove_checked(table, seq, at.remove_at); },
-                                    [&] { (void)table.remove_pages(seq, at.insert_at); });
-    } else {
-      check_room_after_removal(table, seq, at);
-      out.removed = remove_checked(table, seq, at.remove_now);
-      out.inserted = detail::or_undo([&] { return table.insert_pages(seq, at.insert_at); },
-                                     [&] { put_back(table, seq, at.remove_now, out.removed.removed); });
-    }
-    apply_recall(plan);
-    return out;
+    return recall_into(plan, table, seq);
   }
   /// commit_recall with the engine's host store (tiers/host_store.hpp) doing the copies, so that the K/V follows
   /// the plan within the call: the promoted pages' host copies go into the blocks the table inserts for them (and
@@ -699,67 +663,8 @@ class basic_sequence {
     requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
   recall_commit<typename Table::page_id> commit_recall(const recall_plan& plan, Table& table,
                                                        const typename Table::sequence_id& seq, Store& store) {
-    using block = typename Table::page_id;
     check_unmanaged();
-    check_recall(plan);
-    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
-    const bool insert_first = table.free_blocks() >= plan.promote.size();
-    const auto at = recall_positions(plan, insert_first);
-    table.check_remove_pages(seq, at.remove_now);
-    if (!insert_first) check_room_after_removal(table, seq, at);
-    const auto promoted = origins_of(plan.promote), demoted = origins_of(plan.demote), dropped = origins_of(plan.drop);
-    // Displaced pages in page order (demoted and dropped merged), their origins and blocks; the demoted ones' too.
-    std::vector<std::uint64_t> displaced;
-    std::vector<block> displaced_blocks, demoted_blocks;
-    displaced.reserve(at.remove_now.size());
-    displaced_blocks.reserve(at.remove_now.size());
-    demoted_blocks.reserve(plan.demote.size());
-    for (std::size_t k = 0, d = 0; k < at.leaving.size(); ++k) {
-      displaced.push_back(state_.page_origins()[at.leaving[k]]);
-      displaced_blocks.push_back(table.page_at(seq, at.remove_now[k]));
-      if (d < plan.demote.size() && plan.demote[d] == at.leaving[k])
-        demoted_blocks.push_back(displaced_blocks.back()), ++d;
-    }
-    recall_commit<block> out;
-    if (insert_first) {
-      copy_all_to_host(store, seq, demoted, demoted_blocks, "commit_recall");
-      detail::or_undo(
-          [&] {
-            out.inserted = table.insert_pages(seq, at.insert_at);
-            detail::or_undo(
-                [&] {
-                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
-                  out.removed = remove_checked(table, seq, at.remove_at);
-                },
-                [&] { (void)table.remove_pages(seq, at.insert_at); });
-          },
-          [&] { store.release(seq, demoted); });
-    } else {
-      copy_all_to_host(store, seq, displaced, displaced_blocks, "commit_recall");
-      detail::or_undo(
-          [&] {
-            out.removed = remove_checked(table, seq, at.remove_now);
-            bool inserted = false;
-            detail::or_undo(
-                [&] {
-                  out.inserted = table.insert_pages(seq, at.insert_at);
-                  inserted = true;
-                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
-                },
-                [&] {
-                  if (inserted) (void)table.remove_pages(seq, at.insert_at);
-                  const auto back = table.insert_pages(seq, at.remove_now);
-                  // The promotions may have written into the blocks the displaced pages get back.
-                  if (inserted || back != out.removed.removed)
-                    copy_all_to_device(store, seq, displaced, back, "commit_recall");
-                });
-          },
-          [&] { store.release(seq, displaced); });
-      store.release(seq, dropped);
-    }
-    store.release(seq, promoted);
-    apply_recall(plan);
-    return out;
+    return recall_into(plan, table, seq, store);
   }
   /// Applies a recall plan: promoted pages return to the device (at their place in the layout), demoted pages go
   /// to host, dropped pages leave. usage_error, changing nothing, for a stale plan, a page in the wrong tier or one
@@ -931,19 +836,21 @@ class basic_sequence {
     plan.demoted = std::move(split.demoted);
     plan.host_dropped = std::move(split.host_dropped);
   }
-  void check_tiered_plan(const plan_type& plan) const {
-    detail::check_plan_made_for(plan.generation, plan.page_size, state_);
-    if (auto problem = state_.removal_problem(plan.pages); !problem.empty()) detail::raise_usage(problem);
-    detail::check_plan_statuses(plan.pages, page_statuses());
-    detail::check_ascending(plan.demoted, "demoted");
+  void check_tiered_plan(const plan_type& plan, std::string_view where = {}) const {
+    const std::string prefix = detail::context_prefix(where);
+    detail::check_plan_made_for(plan.generation, plan.page_size, state_, where);
+    if (auto problem = state_.removal_problem(plan.pages); !problem.empty()) detail::raise_usage(prefix + problem);
+    detail::check_plan_statuses(plan.pages, page_statuses(), where);
+    detail::check_ascending(plan.demoted, "demoted", where);
     for (std::size_t p : plan.demoted)
       if (!std::binary_search(plan.pages.begin(), plan.pages.end(), p))
-        detail::raise_usage("plan demotes page " + detail::to_text(p) + ", which it does not take off the device");
-    detail::check_ascending(plan.host_dropped, "host_dropped");
+        detail::raise_usage(prefix + "plan demotes page " + detail::to_text(p) +
+                            ", which it does not take off the device");
+    detail::check_ascending(plan.host_dropped, "host_dropped", where);
     for (std::size_t p : plan.host_dropped)
       if (p >= num_pages() || !tier_->on_host(p))
-        detail::raise_usage("plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
-    check_host_budget(host_pages() - plan.host_dropped.size() + plan.demoted.size(), "plan");
+        detail::raise_usage(prefix + "plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
+    check_host_budget(host_pages() - plan.host_dropped.size() + plan.demoted.size(), prefix + "plan");
   }
   // The host tier's capacity in pages now (a ratio budget follows the logical length).
   [[nodiscard]] std::size_t host_capacity() const {
@@ -951,7 +858,7 @@ class basic_sequence {
   }
   // usage_error, "<what> leaves N pages on a host tier of M", unless `after` host pages fit the host budget: every
   // commit, eviction or recall, keeps the tier within it.
-  void check_host_budget(std::size_t after, const char* what) const {
+  void check_host_budget(std::size_t after, std::string_view what) const {
     if (const std::size_t capacity = host_capacity(); after > capacity)
       detail::raise_usage(std::string(what) + " leaves " + detail::to_text(after) + " pages on a host tier of " +
                           detail::to_text(capacity));
@@ -1091,8 +998,7 @@ class basic_sequence {
     check_rows_shape(rows);
     switch (path_of(rows)) {
       case rows_path::in_place:
-        check_observe_tokens(in_place_mass(rows));
-        return {};
+        return check_tokens_for_batch(in_place_mass(rows));
       case rows_path::blocks:
         check_rows_in_blocks(rows);
         return {};
@@ -1102,15 +1008,28 @@ class basic_sequence {
     std::vector<Float> mass(rows.tokens());
     if (observes_rows_in_blocks()) {
       reduce_checked(rows, 0, rows.tokens(), mass.data(), observation_scale());
-    } else {
-      reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
-      check_observe_tokens(std::span<const Float>(mass));
+      return mass;
     }
-    return mass;
+    reduce_checked(rows, 0, rows.tokens(), mass.data(), Float{1});
+    auto held = check_tokens_for_batch(std::span<const Float>(mass));
+    return hosting() ? held : mass;
   }
-  // basic_manager::observe_batch of rows: check_rows_for_batch passed and gave `reduced` (a managed sequence has no
-  // tier). Cannot fail.
-  std::size_t observe_rows_checked(const attention_rows& rows, std::span<const Float> reduced) {
+  // check_observe_tokens, keeping the held-token mass (zeros on the host pages) of a sequence with pages on the
+  // host, empty otherwise: what observe_checked applies, with nothing left that can fail.
+  [[nodiscard]] std::vector<Float> check_tokens_for_batch(std::span<const Float> mass) const {
+    if (!hosting()) {
+      check_observe_tokens(mass);
+      return {};
+    }
+    validate_mass(mass, device_len(), "per-token attention");
+    auto held = expand_device(mass);
+    policy_.check_observation(view(), std::span<const Float>(held));
+    return held;
+  }
+  // basic_manager::observe_batch of rows: check_rows_for_batch passed and gave `prepared` (the reduced mass, or the
+  // held-token mass of a sequence with pages on the host). Cannot fail.
+  std::size_t observe_rows_checked(const attention_rows& rows, std::span<const Float> prepared) {
+    if (hosting()) return apply(prepared);
     switch (path_of(rows)) {
       case rows_path::in_place:
         return apply(in_place_mass(rows));
@@ -1119,7 +1038,7 @@ class basic_sequence {
       case rows_path::reduced:
         break;
     }
-    return apply(reduced);
+    return apply(prepared);
   }
   // observe_rows: whether the policy takes rows a block at a time and checks masses at one scale (MemDecay, not
   // zscore, no host tier).
@@ -1185,8 +1104,10 @@ class basic_sequence {
     }
     return refreshed;
   }
-  // basic_manager::observe_batch: an observation check_observe_tokens has passed (a managed sequence has no tier).
-  std::size_t observe_checked(std::span<const Float> mass) { return apply(mass); }
+  // basic_manager::observe_batch: an observation check_tokens_for_batch has passed and gave `held`. Cannot fail.
+  std::size_t observe_checked(std::span<const Float> mass, std::span<const Float> held) {
+    return apply(hosting() ? held : mass);
+  }
   std::size_t apply(std::span<const Float> mass) {
     const std::size_t refreshed = policy_.on_observe(view(), mass);
     state_.touch();
@@ -1199,6 +1120,119 @@ class basic_sequence {
     if (tier_) tier_->remove_pages(pages);
     pinned_.remove_pages(pages);
     state_.remove_pages(pages);  // cannot fail: check_plan validated the same indices
+  }
+  // commit_recall(plan, table, seq) without the ownership check (basic_manager checks its own rules first).
+  template <class Table>
+  recall_commit<typename Table::page_id> recall_into(const recall_plan& plan, Table& table,
+                                                     const typename Table::sequence_id& seq) {
+    check_recall(plan);
+    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
+    const bool insert_first = table.free_blocks() >= plan.promote.size();
+    const auto at = recall_positions(plan, insert_first);
+    table.check_remove_pages(seq, at.remove_now);
+    recall_commit<typename Table::page_id> out;
+    if (insert_first) {
+      out.inserted = table.insert_pages(seq, at.insert_at);
+      out.removed = detail::or_undo([&] { return remove_checked(table, seq, at.remove_at); },
+                                    [&] { (void)table.remove_pages(seq, at.insert_at); });
+    } else {
+      check_room_after_removal(table, seq, at);
+      out.removed = remove_checked(table, seq, at.remove_now);
+      out.inserted = detail::or_undo([&] { return table.insert_pages(seq, at.insert_at); },
+                                     [&] { put_back(table, seq, at.remove_now, out.removed.removed); });
+    }
+    apply_recall(plan);
+    return out;
+  }
+  // commit_recall(plan, table, seq, store) without the ownership check.
+  template <class Table, class Store>
+  recall_commit<typename Table::page_id> recall_into(const recall_plan& plan, Table& table,
+                                                     const typename Table::sequence_id& seq, Store& store) {
+    using block = typename Table::page_id;
+    check_recall(plan);
+    detail::check_page_table(table, seq, page_size(), device_pages(), "commit_recall");
+    const bool insert_first = table.free_blocks() >= plan.promote.size();
+    const auto at = recall_positions(plan, insert_first);
+    table.check_remove_pages(seq, at.remove_now);
+    if (!insert_first) check_room_after_removal(table, seq, at);
+    const auto promoted = origins_of(plan.promote), demoted = origins_of(plan.demote), dropped = origins_of(plan.drop);
+    // Displaced pages in page order (demoted and dropped merged), their origins and blocks; the demoted ones' too.
+    std::vector<std::uint64_t> displaced;
+    std::vector<block> displaced_blocks, demoted_blocks;
+    displaced.reserve(at.remove_now.size());
+    displaced_blocks.reserve(at.remove_now.size());
+    demoted_blocks.reserve(plan.demote.size());
+    for (std::size_t k = 0, d = 0; k < at.leaving.size(); ++k) {
+      displaced.push_back(state_.page_origins()[at.leaving[k]]);
+      displaced_blocks.push_back(table.page_at(seq, at.remove_now[k]));
+      if (d < plan.demote.size() && plan.demote[d] == at.leaving[k])
+        demoted_blocks.push_back(displaced_blocks.back()), ++d;
+    }
+    recall_commit<block> out;
+    if (insert_first) {
+      copy_all_to_host(store, seq, demoted, demoted_blocks, "commit_recall");
+      detail::or_undo(
+          [&] {
+            out.inserted = table.insert_pages(seq, at.insert_at);
+            detail::or_undo(
+                [&] {
+                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
+                  out.removed = remove_checked(table, seq, at.remove_at);
+                },
+                [&] { (void)table.remove_pages(seq, at.insert_at); });
+          },
+          [&] { store.release(seq, demoted); });
+    } else {
+      copy_all_to_host(store, seq, displaced, displaced_blocks, "commit_recall");
+      detail::or_undo(
+          [&] {
+            out.removed = remove_checked(table, seq, at.remove_now);
+            bool inserted = false;
+            detail::or_undo(
+                [&] {
+                  out.inserted = table.insert_pages(seq, at.insert_at);
+                  inserted = true;
+                  copy_all_to_device(store, seq, promoted, out.inserted, "commit_recall");
+                },
+                [&] {
+                  if (inserted) (void)table.remove_pages(seq, at.insert_at);
+                  const auto back = table.insert_pages(seq, at.remove_now);
+                  // The promotions may have written into the blocks the displaced pages get back.
+                  if (inserted || back != out.removed.removed)
+                    copy_all_to_device(store, seq, displaced, back, "commit_recall");
+                });
+          },
+          [&] { store.release(seq, displaced); });
+      store.release(seq, dropped);
+    }
+    store.release(seq, promoted);
+    apply_recall(plan);
+    return out;
+  }
+  // commit(plan, table, seq, store) after its checks: the demoted pages' K/V to the host, the table's removal, the
+  // dropped host copies released, then the state (basic_manager commits a managed sequence's plan through it).
+  template <class Table, class Store>
+  page_removal<typename Table::page_id> remove_with_store(const plan_type& plan, Table& table,
+                                                          const typename Table::sequence_id& seq, Store& store) {
+    if (!tier_) return remove_from(plan, table, seq);
+    const auto device_indices = tier_->device_indices(plan.pages);
+    if constexpr (checked_page_table<Table>) table.check_remove_pages(seq, device_indices);
+    const auto demoted = origins_of(plan.demoted);
+    const auto host_dropped = origins_of(plan.host_dropped);
+    std::vector<typename Table::page_id> blocks;
+    blocks.reserve(plan.demoted.size());
+    for (std::size_t p : plan.demoted) blocks.push_back(table.page_at(seq, tier_->device_index(p)));
+    copy_all_to_host(store, seq, demoted, blocks, "commit");
+    auto removal = detail::or_undo(
+        [&] {
+          auto r = table.remove_pages(seq, device_indices);
+          detail::check_removal_answer(r, device_indices.size());
+          return r;
+        },
+        [&] { store.release(seq, demoted); });
+    store.release(seq, host_dropped);
+    apply_plan(plan);
+    return removal;
   }
   // The table first (it may throw, and nothing here has changed yet), then the state.
   template <class Table>

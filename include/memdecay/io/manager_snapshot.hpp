@@ -231,20 +231,23 @@ struct manager_snapshot_access {
         snapshot_access::load_clock(*seq, r, later.kind == snapshot::record_kind::rebased);
         if (r.left() != 0) fail(elements[j].where, r.offset(), "clock record", who + ": bytes after its fields");
       }
-      if (seq->has_host_tier())  // a manager's sequences have none (basic_sequence::enable_host_tier)
-        fail(elements[k].where, full.record_at, "host tier", who + ": a managed sequence has no host tier");
-      // The layout is known: the page flags must name resident pages.
+      // The layout is known: the page flags must name resident pages, and a shared one a device page (a host
+      // page holds no device block).
       const auto origins = seq->state().page_origins();
       const auto resident = [&](std::uint64_t o) { return std::binary_search(origins.begin(), origins.end(), o); };
+      const auto on_device = [&](std::uint64_t o) {
+        const auto at = static_cast<std::size_t>(std::lower_bound(origins.begin(), origins.end(), o) - origins.begin());
+        return !seq->has_host_tier() || !seq->host_tier().on_host(at);
+      };
       for (std::size_t i = 0; i < e.protect.size(); ++i)
         if ((i > 0 && e.protect[i] <= e.protect[i - 1]) || !resident(e.protect[i]))
           fail(last.where, e.protected_at + 8 + 8 * i, "protected origin",
                who + ": " + to_text(e.protect[i]) + " (ascending origins of resident pages)");
       for (std::size_t i = 0; i < e.shared.size(); ++i) {
         const auto [o, b] = e.shared[i];
-        if ((i > 0 && o <= e.shared[i - 1].first) || !resident(o))
+        if ((i > 0 && o <= e.shared[i - 1].first) || !resident(o) || !on_device(o))
           fail(last.where, e.shared_at + 8 + 16 * i, "shared origin",
-               who + ": " + to_text(o) + " (ascending origins of resident pages)");
+               who + ": " + to_text(o) + " (ascending origins of resident device pages)");
         if (b >= built.next_key_)
           fail(last.where, e.shared_at + 16 + 16 * i, "shared block",
                who + ": key " + to_text(b) + " is not issued yet");
@@ -263,6 +266,9 @@ struct manager_snapshot_access {
              to_text(last.external[i]) + " is held by no page, or listed twice");
       it->second.external = true;
     }
+    if (const std::size_t hosted = built.host_pages(); hosted > target.config_.host_pool)
+      raise_input(elements.back().where + ": " + to_text(hosted) + " pages on the host tiers, more than the host pool (" +
+                  to_text(target.config_.host_pool) + ")");
     built.instance_ = target.instance_;  // the target keeps its instance: its checkpoints stay its own
     target = std::move(built);           // noexcept moves
   }
