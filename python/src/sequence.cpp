@@ -293,19 +293,22 @@ void bind_sequence(py::module_& m) {
       .def(
           "enable_host_tier",
           [](H& s, const py::object& host_budget, double min_host_priority, double hysteresis,
-             md::step_t min_device_steps, const py::object& max_recall_pages) {
+             md::step_t min_device_steps, const py::object& max_recall_pages, std::size_t displace_lowest) {
             md::host_tier_config c{.min_host_priority = min_host_priority,
                                    .hysteresis = hysteresis,
-                                   .min_device_steps = min_device_steps};
+                                   .min_device_steps = min_device_steps,
+                                   .displace_lowest = displace_lowest};
             if (!host_budget.is_none()) c.host_budget = host_budget.cast<md::budget_config>();
             if (!max_recall_pages.is_none()) c.max_recall_pages = max_recall_pages.cast<std::size_t>();
             s.enable_host_tier(c);
           },
           py::arg("host_budget") = py::none(), py::arg("min_host_priority") = 0.0, py::arg("hysteresis") = 0.0,
-          py::arg("min_device_steps") = 4, py::arg("max_recall_pages") = py::none(),
+          py::arg("min_device_steps") = 4, py::arg("max_recall_pages") = py::none(), py::arg("displace_lowest") = 0,
           "Demotes the budget's victims to a host tier instead of dropping them (tiers/host_tier.hpp): host_budget "
           "a Budget (None: unlimited), a page goes to host only if one of its regions has base priority >= "
-          "min_host_priority. ConfigError naming the field; UsageError for a managed sequence.")
+          "min_host_priority; displace_lowest > 0 lets a recall displace only that many of the lowest-scoring "
+          "evictable device pages. ConfigError naming the field. A managed sequence's host pages count toward its "
+          "manager's host_pool.")
       .def("disable_host_tier", &H::disable_host_tier,
            "Stops demoting; UsageError while pages are on the host (they would be lost).")
       .def_property_readonly("has_host_tier", [](const H& s) { return s.host_tier() != nullptr; })

@@ -112,3 +112,13 @@ def test_a_manager_shares_one_host_pool_and_recalls_around_its_protections():
     done = mgr.commit_recall(sid, recall, pool)
     assert len(done["inserted"]) == len(recall.promote)
     assert pool.num_pages(sid) == seq.device_pages and pool.consistent()
+
+
+def test_displace_lowest_lets_only_the_lowest_scoring_pages_make_room():
+    seq = tiered(pages=8, budget=4, min_device_steps=0, displace_lowest=1)
+    seq.commit(seq.select_for_budget())
+    bounds = np.where(seq.on_host(), 9.0, np.arange(seq.num_pages)[::-1]).astype(np.float32)
+    scores, status = seq.page_scores(), seq.page_statuses()
+    evictable = sorted((p for p in range(seq.num_pages) if status[p] == "evictable"), key=lambda p: (scores[p], p))
+    plan = seq.select_recall_for_bounds(bounds)
+    assert list(plan.demote) + list(plan.drop) == [evictable[0]]

@@ -91,7 +91,8 @@ episode_result run_episode(std::uint64_t seed, bool check) {
                                    .min_host_priority = std::vector<double>{0.0, 0.45, 0.7}[uniform(3)],
                                    .hysteresis = 0.25 * static_cast<double>(uniform(3)),
                                    .min_device_steps = static_cast<md::step_t>(uniform(4)),
-                                   .max_recall_pages = 1 + uniform(4)};
+                                   .max_recall_pages = 1 + uniform(4),
+                                   .displace_lowest = uniform(3)};
   seq.enable_digests({.kv_heads = kv_heads, .head_dim = head_dim});
   seq.enable_host_tier(rules);
   md::block_pool<> pool(8192, P);
@@ -216,6 +217,16 @@ episode_result run_episode(std::uint64_t seed, bool check) {
                  std::back_inserter(displaced));
       for (std::size_t p = 0; p < model.size(); ++p)
         if (st[p] == md::page_status::evictable && seq.digests().has_digest(p)) weakest = std::min(weakest, bounds[p]);
+      if (rules.displace_lowest != 0) {  // only the k lowest-scoring evictable pages (score, then page) may leave
+        const auto scores = seq.page_scores();
+        std::vector<std::size_t> order;
+        for (std::size_t p = 0; p < model.size(); ++p)
+          if (st[p] == md::page_status::evictable) order.push_back(p);
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+        order.resize(std::min(order.size(), rules.displace_lowest));
+        for (std::size_t d : displaced)
+          EXPECT_NE(std::find(order.begin(), order.end(), d), order.end()) << "displaces page " << d;
+      }
       for (std::size_t k = 0; k < recall.promote.size(); ++k) {
         const double b = bounds[recall.promote[k]];
         EXPECT_EQ(recall.promote_bounds[k], bounds[recall.promote[k]]);

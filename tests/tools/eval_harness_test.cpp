@@ -684,8 +684,8 @@ TEST(EvalEngine, SmallModelEndToEnd) {
 }
 #endif
 
-// The evaluation's displacement rule (any_sequence::select_recall with `displaceable`): a recall makes room only
-// from the policy's lowest-scoring evictable device pages; with 0, the library's rule (lowest bound first).
+// The "-lowest<k>" rows' displacement rule (host_tier_config::displace_lowest through any_sequence): a recall makes
+// room only from the policy's lowest-scoring evictable device pages; with 0, any evictable page (lowest bound first).
 TEST(EvalHostTier, ARecallDisplacesOnlyThePolicysLowestScoringPages) {
   namespace md = memdecay;
   constexpr std::size_t P = 4;
@@ -713,12 +713,14 @@ TEST(EvalHostTier, ARecallDisplacesOnlyThePolicysLowestScoringPages) {
   for (std::size_t p = 0; p < seq.num_pages(); ++p)
     if (status[p] == md::page_status::evictable && (lowest == seq.num_pages() || scores[p] < scores[lowest])) lowest = p;
   ASSERT_LT(lowest, seq.num_pages());
-  const auto one = erased->select_recall(query, 1);
+  erased->use_host_tier({.min_device_steps = 0, .displace_lowest = 1});
+  const auto one = erased->select_recall(query);
   std::vector<std::size_t> displaced = one.demote;
   displaced.insert(displaced.end(), one.drop.begin(), one.drop.end());
   ASSERT_EQ(displaced.size(), 1u);
   EXPECT_EQ(displaced[0], lowest);
-  const auto library = erased->select_recall(query, 0);  // the library's rule: every evictable page may go
+  erased->use_host_tier({.min_device_steps = 0});
+  const auto library = erased->select_recall(query);  // no rule: every evictable page may go
   EXPECT_EQ(library.promote, seq.select_recall(query).promote);
   EXPECT_GT(library.demote.size() + library.drop.size(), 1u);
 }

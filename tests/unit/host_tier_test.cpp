@@ -539,6 +539,68 @@ TEST(HostTierSnapshot, CraftedResidenciesAreRejectedByOffsetAndAVersionTwoSnapsh
   EXPECT_EQ(target.digest(), plain.digest());
 }
 
+TEST(HostTier, DisplaceLowestLetsOnlyTheLowestScoringDevicePagesMakeRoom) {
+  auto seq = filled(6, 8);  // 9 pages; the budget keeps 6, so every promotion must displace a page
+  seq.enable_host_tier({.min_device_steps = 0});
+  seq.commit(seq.select_for_budget());
+  ASSERT_EQ(seq.host_pages(), 3u);
+  const std::size_t n = seq.num_pages();
+  // The query wants the host pages back; the device pages' bounds fall with the index (the newest bound lowest),
+  // while their scores rise with it (the oldest decayed most).
+  std::vector<float> bounds(n);
+  for (std::size_t p = 0; p < n; ++p)
+    bounds[p] = seq.residency(p) == md::page_residency::host ? 9.0f : static_cast<float>(n - p);
+  const auto scores = seq.page_scores();
+  const auto status = seq.page_statuses();
+  std::vector<std::size_t> evictable;
+  for (std::size_t p = 0; p < n; ++p)
+    if (status[p] == md::page_status::evictable) evictable.push_back(p);
+  std::stable_sort(evictable.begin(), evictable.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+  ASSERT_GE(evictable.size(), 4u);
+  const std::vector<std::size_t> lowest(evictable.begin(), evictable.begin() + 2);
+  auto displaced = [](const md::recall_plan& plan) {
+    std::vector<std::size_t> out;
+    std::merge(plan.demote.begin(), plan.demote.end(), plan.drop.begin(), plan.drop.end(), std::back_inserter(out));
+    return out;
+  };
+  const auto any = displaced(seq.select_recall_for_bounds(bounds));
+  ASSERT_FALSE(any.empty());
+  EXPECT_TRUE(std::any_of(any.begin(), any.end(), [&](std::size_t p) {
+    return std::find(lowest.begin(), lowest.end(), p) == lowest.end();
+  })) << "without the rule the query's lowest bounds go, not the lowest scores";
+  seq.enable_host_tier({.min_device_steps = 0, .displace_lowest = 2});
+  const auto ruled = seq.select_recall_for_bounds(bounds);
+  ASSERT_EQ(displaced(ruled).size(), 2u) << "two pages may make room, and both are worse than every host page";
+  for (std::size_t p : displaced(ruled))
+    EXPECT_NE(std::find(lowest.begin(), lowest.end(), p), lowest.end()) << "page " << p << " is not among the 2 lowest";
+  EXPECT_EQ(ruled.promote.size(), 2u);
+  seq.commit_recall(ruled);
+  EXPECT_EQ(seq.device_pages(), 6u);
+}
+
+TEST(HostTierSnapshot, TheDisplaceLowestRuleRoundTripsAndAVersionThreeSnapshotLoadsWithoutIt) {
+  auto seq = filled(4, 8);
+  seq.enable_host_tier({.displace_lowest = 3});
+  seq.commit(seq.select_for_budget());
+  const auto bytes = md::snapshot::save(seq);
+  md::sequence back(seq.get_config());
+  md::snapshot::load(back, bytes);
+  EXPECT_EQ(back.host_tier().config().displace_lowest, 3u);
+  EXPECT_EQ(back.digest(), seq.digest());
+  // Version 3: the same section without the rule's 8 bytes (before the page count, the flags and recall steps).
+  auto v3 = bytes;
+  const std::size_t rule_at = v3.size() - seq.num_pages() * 5 - 16;
+  v3.erase(v3.begin() + static_cast<std::ptrdiff_t>(rule_at), v3.begin() + static_cast<std::ptrdiff_t>(rule_at + 8));
+  v3[8] = std::byte{3};
+  md::detail::seal_snapshot(v3);
+  md::sequence old(seq.get_config());
+  md::snapshot::load(old, v3);
+  EXPECT_EQ(old.host_tier().config().displace_lowest, 0u);
+  EXPECT_EQ(old.host_pages(), seq.host_pages());
+  seq.enable_host_tier({.displace_lowest = 0});
+  EXPECT_EQ(old.digest(), seq.digest());
+}
+
 TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
   auto seq = filled(4, 10);
   seq.enable_digests({.kv_heads = 1, .head_dim = 2, .query_heads = 2});

@@ -116,12 +116,8 @@ class any_sequence {
   virtual void digest_pages(const page_keys_fn&, std::size_t /*heads*/, std::size_t /*head_dim*/) {
     throw std::logic_error("this policy has no page digests");
   }
-  /// The recall plan for `query`. `displaceable` > 0: only that many device pages, the evictable ones of the
-  /// lowest retention score (the policy's own order), may make room (the others are protected from this plan), so
-  /// the policy decides what may leave and the query what returns; 0: the library's rule (any evictable page, the
-  /// lowest bound first).
-  [[nodiscard]] virtual memdecay::recall_plan select_recall(std::span<const float> /*query*/,
-                                                            std::size_t /*displaceable*/ = 0) const {
+  /// The recall plan for `query`, by the tier's rules (host_tier_config::displace_lowest among them).
+  [[nodiscard]] virtual memdecay::recall_plan select_recall(std::span<const float> /*query*/) const {
     throw std::logic_error("this policy has no host tier");
   }
   /// commit with the host store doing the demoted pages' copies (all or nothing).
@@ -241,25 +237,11 @@ class erased_sequence final : public any_sequence {
       any_sequence::digest_pages(page_keys, heads, head_dim);
     }
   }
-  [[nodiscard]] memdecay::recall_plan select_recall(std::span<const float> query,
-                                                    std::size_t displaceable = 0) const override {
-    if constexpr (has_digests) {
-      if (displaceable == 0) return seq_.select_recall(query);
-      const auto status = seq_.page_statuses();
-      const auto scores = seq_.page_scores();
-      std::vector<std::size_t> evictable;
-      for (std::size_t p = 0; p < status.size(); ++p)
-        if (status[p] == memdecay::page_status::evictable) evictable.push_back(p);
-      std::vector<std::size_t> kept;  // every evictable page but the `displaceable` lowest-scoring ones
-      if (evictable.size() > displaceable) {
-        std::stable_sort(evictable.begin(), evictable.end(),
-                         [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
-        kept.assign(evictable.begin() + static_cast<std::ptrdiff_t>(displaceable), evictable.end());
-        std::sort(kept.begin(), kept.end());
-      }
-      return seq_.select_recall(query, kept);
-    }
-    return any_sequence::select_recall(query, displaceable);
+  [[nodiscard]] memdecay::recall_plan select_recall(std::span<const float> query) const override {
+    if constexpr (has_digests)
+      return seq_.select_recall(query);
+    else
+      return any_sequence::select_recall(query);
   }
   void commit(const plan_type& plan, pool_type& table, std::uint64_t sequence, host_store_type& store) override {
     if constexpr (has_digests)

@@ -39,9 +39,6 @@ struct policy_kind {
   /// bound. `host.host_budget` is ignored: the harness sets it per episode from `host_fraction`.
   std::optional<md::host_tier_config> host;
   double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
-  /// > 0: a recall may displace only this many device pages, the policy's lowest-scoring evictable ones
-  /// (any_sequence::select_recall); 0: the library's rule.
-  std::size_t displaceable = 0;
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -220,8 +217,8 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 /// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the
 /// library's defaults: no region rule, every victim is worth the host; no hysteresis; a recalled page kept 4
 /// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis; "-lowest<pages>" lets
-/// a recall displace only the policy's that many lowest-scoring evictable pages (the policy decides what may leave,
-/// the query what returns; an evaluation-side rule built from select_recall's protected pages).
+/// a recall displace only the policy's that many lowest-scoring evictable pages (host_tier_config::displace_lowest:
+/// the policy decides what may leave, the query what returns).
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
   auto number = [&](const std::string& digits, std::size_t least, std::size_t most) {
@@ -233,8 +230,7 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
-  std::size_t displaceable = 0;
-  if (const auto lowest = take_suffix(size, "-lowest")) displaceable = number(*lowest, 1, 999);
+  if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
   if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
   double fraction = -1;
@@ -247,12 +243,11 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
                       " (min stay " + std::to_string(tier.min_device_steps) + " steps, hysteresis " +
                       md::detail::to_text(tier.hysteresis) + ", min host priority " +
                       md::detail::to_text(tier.min_host_priority) + ")";
-  if (displaceable > 0)
-    kind.description += "; a recall displaces only the policy's " + std::to_string(displaceable) +
+  if (tier.displace_lowest > 0)
+    kind.description += "; a recall displaces only the policy's " + std::to_string(tier.displace_lowest) +
                         " lowest-scoring pages";
   kind.host = tier;
   kind.host_fraction = fraction;
-  kind.displaceable = displaceable;
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -286,7 +281,7 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     return seq;
   };
   k.observes_queries = true;
-  k.host = md::host_tier_config{.hysteresis = hysteresis, .min_device_steps = 0};
+  k.host = md::host_tier_config{.hysteresis = hysteresis, .min_device_steps = 0, .displace_lowest = displaceable};
   if (hysteresis > 0) {
     k.name += "-hyst" + md::detail::to_text(hysteresis);
     k.description += " (hysteresis " + md::detail::to_text(hysteresis) + " logits: not the source's)";
@@ -295,7 +290,6 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     k.name += "-lowest" + std::to_string(displaceable);
     k.description += " (a recall displaces only its " + std::to_string(displaceable) +
                      " lowest-scoring pages: not the source's)";
-    k.displaceable = displaceable;
   }
   k.host_fraction = -1;
   return k;

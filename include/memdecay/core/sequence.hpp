@@ -587,8 +587,9 @@ class basic_sequence {
   /// Which host pages `query` (query_heads x head_dim, as observe_query) wants back, and which device pages make
   /// room: best bound first, each while it beats the evictable device page of the lowest bound still kept by more
   /// than the hysteresis, into free room under the budget's high watermark first, then by displacing that page;
-  /// at most max_recall_pages promotions. Host pages without a digest are never recalled, device pages without
-  /// one never displaced. usage_error without a host tier or digests; input_error for a bad query.
+  /// at most max_recall_pages promotions; with displace_lowest = k, only the k lowest-scoring evictable device pages
+  /// may be displaced. Host pages without a digest are never recalled, device pages without one never displaced.
+  /// usage_error without a host tier or digests; input_error for a bad query.
   [[nodiscard]] recall_plan select_recall(std::span<const float> query,
                                           std::span<const std::size_t> caller_protected = {}) const {
     check_tier("select_recall");
@@ -884,12 +885,24 @@ class basic_sequence {
     if (!plan.demoted.empty()) state_.touch();
     remove(leaving);
   }
+  // The host tier's displace_lowest rule: of the evictable device pages, only the k lowest-scoring (the evictor's
+  // own order: score, then page) may make room for a recall; the others are kept as if protected.
+  void keep_all_but_lowest(std::vector<page_status>& status, std::size_t k) const {
+    std::vector<Float> computed;
+    const auto scores = current_page_scores(computed);
+    const auto lowest = simd::select_lowest_pages_fast<Float>(scores, status, k);
+    std::vector<std::uint8_t> displaceable(status.size(), 0);
+    for (std::size_t p : lowest) displaceable[p] = 1;
+    for (std::size_t p = 0; p < status.size(); ++p)
+      if (status[p] == page_status::evictable && !displaceable[p]) status[p] = page_status::protected_;
+  }
   [[nodiscard]] recall_plan recall_for_bounds(std::span<const float> best,
                                               std::span<const std::size_t> caller_protected) const {
     recall_plan plan;
     plan.page_size = page_size();
     plan.generation = generation();
-    const auto status = page_statuses(caller_protected);
+    auto status = page_statuses(caller_protected);
+    if (const std::size_t k = tier_->config().displace_lowest; k != 0) keep_all_but_lowest(status, k);
     // (bound, page) pairs: ordered by bound, ties to the lower index, so the plan is a pure function. Written
     // without a branch on the status (host and device pages interleave at random: a branch per page mispredicted
     // half the time and cost more than the rest of the decision).

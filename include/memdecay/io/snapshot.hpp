@@ -46,8 +46,9 @@ namespace snapshot {
 
 /// The format version this library writes. It reads every version from oldest_readable_version up to it
 /// (docs/snapshot-format.md, "Versioning": version 1 has no page-digest section and loads as a sequence without
-/// digests; versions 1 and 2 have no host-tier section and load as a sequence without a host tier).
-inline constexpr std::uint32_t format_version = 3;
+/// digests; versions 1 and 2 have no host-tier section and load as a sequence without a host tier; version 3 has no
+/// displace_lowest rule and loads with it 0).
+inline constexpr std::uint32_t format_version = 4;
 inline constexpr std::uint32_t oldest_readable_version = 1;
 /// Whether this library reads snapshots of format `version`.
 [[nodiscard]] constexpr bool readable_version(std::uint32_t version) noexcept {
@@ -450,6 +451,7 @@ struct snapshot_access {
     w.put(c.hysteresis);
     w.put(c.min_device_steps);
     w.put(static_cast<std::uint64_t>(c.max_recall_pages));
+    w.put(static_cast<std::uint64_t>(c.displace_lowest));  // format 4
     w.put(static_cast<std::uint64_t>(t.size()));
     w.put_array(t.host_flags());
     w.put_array(t.recalled_at());
@@ -457,7 +459,7 @@ struct snapshot_access {
   // Reads and checks the section into `out` (left empty without a tier). A host page is a full page without a
   // pinned token (only those leave the device) and was not recalled since it left; a recall lies in the past.
   template <class State, class Regions>
-  static void load_tier(snapshot_reader& r, const State& st, const Regions& regions,
+  static void load_tier(snapshot_reader& r, std::uint32_t version, const State& st, const Regions& regions,
                         std::optional<page_residencies>& out) {
     const auto present = r.get<std::uint8_t>("host tier");
     if (present > 1) r.fail("host tier", to_text(present) + " (0 or 1)");
@@ -474,6 +476,11 @@ struct snapshot_access {
     const auto max_recall = r.get<std::uint64_t>("max recall pages");
     c.max_recall_pages = max_recall > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max()
                                                                               : static_cast<std::size_t>(max_recall);
+    if (version >= 4) {  // version 3: no displace_lowest rule (any page may be displaced)
+      const auto lowest = r.get<std::uint64_t>("displace lowest");
+      c.displace_lowest = lowest > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max()
+                                                                           : static_cast<std::size_t>(lowest);
+    }
     if (const std::string why = c.problem(); !why.empty())
       raise_input("snapshot host tier at offset " + to_text(config_at) + ": " + why);
     const std::size_t pages = st.num_pages();
@@ -658,7 +665,7 @@ struct snapshot_access {
     std::optional<page_digests> digests;
     if (version >= 2) load_digests(r, pages, digests);  // version 1: no digests (the migration)
     std::optional<page_residencies> tier;
-    if (version >= 3) load_tier(r, st, target.regions_, tier);  // versions 1, 2: no host tier
+    if (version >= 3) load_tier(r, version, st, target.regions_, tier);  // versions 1, 2: no host tier
     if (r.left() != 0) r.fail("end", to_text(r.left()) + " bytes after the last field");
     policy.reserve(kv_len);
     st.reserve_for(0);

@@ -28,7 +28,10 @@
 // device's evictable pages': host pages are promoted, best first, into free device room under the budget's high
 // watermark, and beyond it only by swapping with a device page whose bound is lower by more than `hysteresis`
 // (logits); a recalled page is protected from demotion for min_device_steps steps. Both keep a page from moving
-// back and forth between steps. Recall plans are two-phase, like eviction plans, and rejected when stale.
+// back and forth between steps. With displace_lowest = k, only the k lowest-scoring evictable device pages may be
+// displaced: the retention score decides what may leave, the query's bound what comes back (memdecay-eval's
+// "-lowest<k>" rows: a third of the bytes moved, docs/tiers.md). Recall plans are two-phase, like eviction plans,
+// and rejected when stale.
 #ifndef MEMDECAY_TIERS_HOST_TIER_HPP
 #define MEMDECAY_TIERS_HOST_TIER_HPP
 
@@ -68,6 +71,9 @@ struct host_tier_config {
   double hysteresis = 0.0;         ///< logits a host page's bound must beat a device page's by to swap
   step_t min_device_steps = 4;     ///< a recalled page is not demoted again before this many steps
   std::size_t max_recall_pages = std::numeric_limits<std::size_t>::max();  ///< promotions per recall plan
+  /// > 0: a recall may displace only this many device pages, the evictor's lowest-scoring evictable ones (the
+  /// score decides what may leave, the query what returns); 0: any evictable device page the query bounds lower.
+  std::size_t displace_lowest = 0;
 
   /// config_error naming the field.
   void validate() const {
@@ -99,6 +105,7 @@ struct host_tier_config {
     detail::fnv1a64 h;
     h.add(static_cast<std::uint8_t>(host_budget.unit)).add(host_budget.high).add(min_host_priority).add(hysteresis);
     h.add(static_cast<std::uint64_t>(min_device_steps)).add(static_cast<std::uint64_t>(max_recall_pages));
+    if (displace_lowest != 0) h.add(static_cast<std::uint64_t>(displace_lowest));  // older digests stay as they were
     return h.value();
   }
 };
