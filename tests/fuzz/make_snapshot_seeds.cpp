@@ -2,7 +2,8 @@
 // Writes the seed corpus of the snapshot fuzzer (corpus/snapshot): a snapshot of every policy's sequence with some
 // history (and of an empty one), the same with page digests (format 2), plus a truncated and a corrupted copy. The
 // committed seed_empty_/seed_history_/bad_ files are format 1 (kept as they were: they cover the migration), the
-// seed_digests_ files format 2, the seed_tier_ files format 3 (a host tier with pages on it). Run from the
+// seed_digests_ files format 2, the seed_tier_ files format 3 (a host tier with pages on it), the seed_rule_ files
+// format 4 (the same tier with displace_lowest). Run from the
 // repository root (then restore the older files with git checkout):
 //     g++ -std=c++20 -Iinclude -I/usr/include/eigen3 tests/fuzz/make_snapshot_seeds.cpp -o /tmp/seeds && /tmp/seeds
 #include <cstdio>
@@ -50,6 +51,10 @@ void seeds() {
   seq.advance_to(seq.now() + 2);
   seq.commit(seq.select_for_budget());
   write("seed_tier_" + name, memdecay::snapshot::save(seq));
+  // Format 4: the tier's displace_lowest rule.
+  seq.enable_host_tier({.host_budget = memdecay::budget_config::pages(3), .min_host_priority = 0.35,
+                        .displace_lowest = 2});
+  write("seed_rule_" + name, memdecay::snapshot::save(seq));
 }
 
 template <class... Seq>
