@@ -428,6 +428,128 @@ TYPED_TEST(FaultInjection, ATieredCommitWithAStoreThatFailsAtAnyCallChangesNothi
 
 namespace {
 
+// The world above with host tiers on every sequence (a host pool of 4 pages over the three) and K/V tags: each
+// device block and host slot holds 1000 * id + origin + 1 of the page it carries.
+template <class Case>
+struct tiered_world : world<Case> {
+  std::unique_ptr<kv_memory> memory = std::make_unique<kv_memory>();
+  kv_store store{32, kv_copy{memory.get()}};
+
+  tiered_world() : world<Case>(5) {
+    memory->device.assign(this->pool.capacity(), 0);
+    memory->host.assign(store.capacity(), 0);
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+      auto& s = this->mgr.at(id);
+      const auto blocks = this->pool.block_table(id);
+      for (std::size_t p = 0; p < s.num_pages(); ++p)
+        memory->device[static_cast<std::size_t>(blocks[p])] = tag(id, s.state().page_origins()[p]);
+      s.enable_host_tier({.min_host_priority = id == 2 ? 0.45 : 0.0});
+    }
+  }
+  static std::int64_t tag(std::uint64_t id, std::uint64_t origin) {
+    return static_cast<std::int64_t>(1000 * id + origin + 1);
+  }
+  [[nodiscard]] testing::AssertionResult kv_follows() const {
+    std::size_t hosted = 0;
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+      const auto& s = this->mgr.at(id);
+      const auto blocks = this->pool.block_table(id);
+      for (std::size_t p = 0; p < s.num_pages(); ++p) {
+        const auto origin = s.state().page_origins()[p];
+        std::int64_t held = 0;
+        if (s.residency(p) == md::page_residency::device) {
+          held = memory->device[static_cast<std::size_t>(blocks[s.device_index(p)])];
+        } else {
+          const auto slot = store.slot_of(id, origin);
+          if (!slot) return testing::AssertionFailure() << "sequence " << id << " host page " << p << " has no copy";
+          held = memory->host[*slot];
+        }
+        if (held != tag(id, origin))
+          return testing::AssertionFailure() << "sequence " << id << " page " << p << " holds " << held;
+      }
+      hosted += s.host_pages();
+    }
+    if (store.used_slots() != hosted)
+      return testing::AssertionFailure() << store.used_slots() << " host copies for " << hosted << " pages";
+    return testing::AssertionSuccess();
+  }
+};
+
+}  // namespace
+
+// The manager's global commit with host tiers and a host store (core/manager.hpp): every sequence's demotions are
+// copied to the host, then the batch removal, then the dropped host copies released. A fault at any table or store
+// call leaves the manager, the table and the store as they were, K/V included; the plan then commits.
+TYPED_TEST(FaultInjection, ATieredManagerCommitWithAStoreThatFailsAtAnyCallChangesNothing) {
+  auto build = [] {
+    auto w = std::make_unique<tiered_world<TypeParam>>();
+    (void)w->mgr.commit(w->mgr.select_global(), w->pool, md::identity_id{}, w->store);  // pages on the host first
+    w->mgr.advance_to(7);
+    for (std::uint64_t id = 1; id <= 3; ++id) {
+      auto& s = w->mgr.at(id);
+      s.append(md::regions::retrieval, 4 * page);
+      w->pool.append_tokens(id, 4 * page);
+      const auto blocks = w->pool.block_table(id);
+      for (std::size_t p = s.num_pages() - 4; p < s.num_pages(); ++p)
+        w->memory->device[static_cast<std::size_t>(blocks[s.device_index(p)])] =
+            tiered_world<TypeParam>::tag(id, s.state().page_origins()[p]);
+    }
+    return w;
+  };
+  auto ref = build();
+  ASSERT_GT(ref->mgr.host_pages(), 0u);
+  const auto plan = ref->mgr.select_global();
+  std::size_t demoted = 0, tiered = 0;
+  for (const auto& [id, p] : plan.plans) demoted += p.demoted.size(), tiered += p.demoted.empty() ? 0 : 1;
+  ASSERT_GE(tiered, 2u) << "the demotions should span sequences: the batch is what is tested (" << plan.victims.size()
+                        << " victims, " << demoted << " demoted)";
+  fault_schedule counting;
+  faulty_table ct(ref->pool, counting);
+  faulty_store cs(ref->store, counting);
+  (void)ref->mgr.commit(plan, ct, md::identity_id{}, cs);
+  ASSERT_TRUE(ref->kv_follows());
+  const std::size_t calls = counting.calls();
+  const auto after = ref->mgr.digest();
+  const auto table_after = ref->table();
+  const auto store_after = fingerprint(ref->store);
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      auto w = build();
+      const auto digest = w->mgr.digest();
+      const auto table = w->table();
+      const auto store = fingerprint(w->store);
+      ASSERT_EQ(w->mgr.select_global().digest(), plan.digest());
+      fault_schedule schedule;
+      faulty_table ft(w->pool, schedule);
+      faulty_store fs(w->store, schedule);
+      schedule.fail(k, mode);
+      bool threw = false;
+      try {
+        (void)w->mgr.commit(plan, ft, md::identity_id{}, fs);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      ASSERT_EQ(threw, schedule.fired());
+      if (!threw) continue;
+      ++fired;
+      ASSERT_EQ(w->mgr.digest(), digest) << "the manager changed";
+      ASSERT_EQ(w->table(), table) << "the table changed";
+      ASSERT_EQ(fingerprint(w->store), store) << "the store changed";
+      ASSERT_TRUE(w->kv_follows());
+      schedule.fail(std::nullopt, mode);
+      (void)w->mgr.commit(plan, ft, md::identity_id{}, fs);
+      ASSERT_EQ(w->mgr.digest(), after);
+      ASSERT_EQ(w->table(), table_after);
+      ASSERT_EQ(fingerprint(w->store), store_after);
+      ASSERT_TRUE(w->kv_follows());
+    }
+  EXPECT_GE(fired, 3 * (calls - tiered)) << "every call but the releases should have failed in each throwing mode";
+}
+
+namespace {
+
 // A recall (two promotions, two displaced pages) committed through a faulty table, and a faulty store if
 // `with_store`, after a fault at each call in turn: nothing changes, K/V included, and the plan then commits.
 // `full_table` leaves the device table no free block, so the recall swaps (removal first).
