@@ -161,7 +161,8 @@ memdecay::host_tier_config tier_to_library(const model_tier_config& c) {
           .min_host_priority = c.min_host_priority,
           .hysteresis = c.hysteresis,
           .min_device_steps = c.min_device_steps,
-          .max_recall_pages = c.max_recall_pages};
+          .max_recall_pages = c.max_recall_pages,
+          .displace_lowest = c.displace_lowest};
 }
 
 /// What the fuzzer's host store throws when a fault is injected into one of its copies (not a memdecay error: the
@@ -1150,6 +1151,8 @@ class harness {
     c.min_device_steps = in.pick(steps);
     static const std::size_t recalls[] = {1, 2, 3, std::numeric_limits<std::size_t>::max()};
     c.max_recall_pages = allow_bad && in.flip(8) ? 0 : in.pick(recalls);
+    // The displacement rule from a choice already read (a byte more would shift every committed input): 0, 1 or 2.
+    c.displace_lowest = c.min_device_steps % 3;
     auto lib = tier_to_library(c);
     const bool bad_unit = allow_bad && in.flip(16);
     if (bad_unit) lib.host_budget.unit = static_cast<memdecay::budget_unit>(9);
@@ -1165,7 +1168,8 @@ class harness {
                memdecay::detail::to_text(c.high) + ", min_host_priority " +
                memdecay::detail::to_text(c.min_host_priority) + ", hysteresis " +
                memdecay::detail::to_text(c.hysteresis) + ", steps " + std::to_string(c.min_device_steps) +
-               ", max_recall " + std::to_string(c.max_recall_pages) + ")");
+               ", max_recall " + std::to_string(c.max_recall_pages) + ", displace_lowest " +
+               std::to_string(c.displace_lowest) + ")");
     check_unchanged_if_rejected(got, before, "enable_host_tier");
     if (got != outcome::ok) return;
     if (m_.tier) {
@@ -1316,7 +1320,7 @@ class harness {
                       const std::string& call) {
     trace(call + " -> promote " + std::to_string(plan.promote.size()) + ", demote " +
           std::to_string(plan.demote.size()) + ", drop " + std::to_string(plan.drop.size()));
-    const auto want = model_select_recall(m_, best, has_digest, prot);
+    const auto want = model_select_recall(m_, best, has_digest, prot, seq_.page_scores());
     FUZZ_CHECK(plan.promote == want.promote, call + ": promotions differ from the model's");
     FUZZ_CHECK(plan.demote == want.demote, call + ": demotions differ from the model's");
     FUZZ_CHECK(plan.drop == want.drop, call + ": drops differ from the model's");

@@ -145,6 +145,7 @@ struct model_tier_config {
   double hysteresis = 0.0;
   std::uint32_t min_device_steps = 4;
   std::size_t max_recall_pages = std::numeric_limits<std::size_t>::max();
+  std::size_t displace_lowest = 0;  // > 0: only the k lowest-scoring evictable pages may make room for a recall
 };
 
 /// Where every held page lives (docs/tiers.md, "The model"): host pages stay in the layout at their original

@@ -97,9 +97,16 @@ struct model_recall {
 /// std::max does: a NaN head never wins); `has_digest`: which pages have one (pages without are left out).
 template <class Float>
 model_recall model_select_recall(const model_sequence<Float>& m, const std::vector<float>& best,
-                                 const std::vector<bool>& has_digest, const std::vector<std::size_t>& prot) {
+                                 const std::vector<bool>& has_digest, const std::vector<std::size_t>& prot,
+                                 const std::vector<Float>& scores) {
   model_recall out;
-  const auto status = m.statuses(prot);
+  auto status = m.statuses(prot);
+  if (const std::size_t k = m.tier->cfg.displace_lowest; k != 0) {  // the rest of the evictable pages stay
+    const auto lowest = m.select_with(scores, k, prot).pages;
+    for (std::size_t p = 0; p < status.size(); ++p)
+      if (status[p] == model_status::evictable && !std::binary_search(lowest.begin(), lowest.end(), p))
+        status[p] = model_status::protected_;
+  }
   std::vector<std::pair<float, std::size_t>> host, device;
   for (std::size_t p = 0; p < m.num_pages(); ++p) {
     if (!has_digest[p] || std::isnan(best[p])) continue;
