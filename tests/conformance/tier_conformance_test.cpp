@@ -222,7 +222,8 @@ episode_result run_episode(std::uint64_t seed, bool check) {
         std::vector<std::size_t> order;
         for (std::size_t p = 0; p < model.size(); ++p)
           if (st[p] == md::page_status::evictable) order.push_back(p);
-        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+        std::stable_sort(order.begin(), order.end(),
+                         [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
         order.resize(std::min(order.size(), rules.displace_lowest));
         for (std::size_t d : displaced)
           EXPECT_NE(std::find(order.begin(), order.end(), d), order.end()) << "displaces page " << d;

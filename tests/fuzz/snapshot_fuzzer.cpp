@@ -60,7 +60,7 @@ void try_load(std::span<const std::byte> bytes) {
   if (again.size() != expected.size()) fail("save(load(bytes)) has another size");
   const bool migrated = version != md::snapshot::format_version;
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    const bool writer_owned = (i >= 12 && i < 16) || (i >= 44 && i < 48);              // library version, header checksum
+    const bool writer_owned = (i >= 12 && i < 16) || (i >= 44 && i < 48);  // library version, header checksum
     const bool rewritten = migrated && ((i >= 8 && i < 12) || (i >= 32 && i < 44));  // version, length, CRC
     if (!writer_owned && !rewritten && again[i] != expected[i])
       fail("save(load(bytes)) differs at byte", std::to_string(i));

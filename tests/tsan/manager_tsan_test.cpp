@@ -88,7 +88,8 @@ std::uint64_t queries(const md::manager& cmgr, const md::manager::global_plan_ty
   std::uint64_t h = plan.digest() ^ cmgr.digest();
   for (std::uint64_t id : cmgr.ids()) {
     h += cmgr.select(id).pages.size() + cmgr.at(id).page_scores().size() + cmgr.protected_pages(id).size();
-    if (cmgr.at(id).has_host_tier()) h += cmgr.select_recall_for_bounds(id, bounds_for(cmgr.at(id), step)).pages_moved();
+    if (cmgr.at(id).has_host_tier())
+      h += cmgr.select_recall_for_bounds(id, bounds_for(cmgr.at(id), step)).pages_moved();
   }
   return h + cmgr.host_pages();
 }

@@ -555,7 +555,8 @@ TEST(HostTier, DisplaceLowestLetsOnlyTheLowestScoringDevicePagesMakeRoom) {
   std::vector<std::size_t> evictable;
   for (std::size_t p = 0; p < n; ++p)
     if (status[p] == md::page_status::evictable) evictable.push_back(p);
-  std::stable_sort(evictable.begin(), evictable.end(), [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
+  std::stable_sort(evictable.begin(), evictable.end(),
+                   [&](std::size_t a, std::size_t b) { return scores[a] < scores[b]; });
   ASSERT_GE(evictable.size(), 4u);
   const std::vector<std::size_t> lowest(evictable.begin(), evictable.begin() + 2);
   auto displaced = [](const md::recall_plan& plan) {

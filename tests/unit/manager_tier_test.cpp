@@ -175,7 +175,9 @@ TEST(ManagerTier, TheHostPoolKeepsTheHighestScoringPagesOfEveryTier) {
       const auto& seq = e.mgr.at(id);
       const auto found = plan.plans.find(id);
       const md::eviction_plan<float>* p = found == plan.plans.end() ? nullptr : &found->second;
-      auto in = [](const std::vector<std::size_t>& v, std::size_t x) { return std::binary_search(v.begin(), v.end(), x); };
+      auto in = [](const std::vector<std::size_t>& v, std::size_t x) {
+        return std::binary_search(v.begin(), v.end(), x);
+      };
       for (std::size_t page = 0; page < seq.num_pages(); ++page) {
         const bool host = seq.residency(page) == md::page_residency::host;
         const bool victim = p && in(p->pages, page);
@@ -411,7 +413,9 @@ TEST(ManagerTier, TheDocsSketchRuns) {
   store_t host_store(64, copier{&m});
   md::block_pool<> block_table(8192, 16);
   const std::uint64_t request_id = 42;
-  md::config cfg{.page_size = 16, .protection = {.sink_pages = 0, .recent_tokens = 16}, .budget = md::budget_config::pages(8)};
+  md::config cfg{.page_size = 16,
+                 .protection = {.sink_pages = 0, .recent_tokens = 16},
+                 .budget = md::budget_config::pages(8)};
   const std::vector<float> query(8 * 128, 0.5f);
   block_table.open(request_id);
   // --- docs/tiers.md

@@ -711,7 +711,8 @@ class basic_manager {
             const auto& c = copies[copied];
             std::vector<typename Table::page_id> blocks;
             blocks.reserve(p.demoted.size());
-            for (std::size_t d : seq.host_tier().device_indices(p.demoted)) blocks.push_back(table.page_at(c.sequence, d));
+            for (std::size_t d : seq.host_tier().device_indices(p.demoted))
+              blocks.push_back(table.page_at(c.sequence, d));
             sequence_type::copy_all_to_host(store, c.sequence, std::span<const std::uint64_t>(c.demoted), blocks,
                                             "commit");
             ++copied;

@@ -850,7 +850,8 @@ class basic_sequence {
     detail::check_ascending(plan.host_dropped, "host_dropped", where);
     for (std::size_t p : plan.host_dropped)
       if (p >= num_pages() || !tier_->on_host(p))
-        detail::raise_usage(prefix + "plan drops page " + detail::to_text(p) + " from the host tier, and it is not there");
+        detail::raise_usage(prefix + "plan drops page " + detail::to_text(p) +
+                            " from the host tier, and it is not there");
     check_host_budget(host_pages() - plan.host_dropped.size() + plan.demoted.size(), prefix + "plan");
   }
   // The host tier's capacity in pages now (a ratio budget follows the logical length).

@@ -267,8 +267,8 @@ struct manager_snapshot_access {
       it->second.external = true;
     }
     if (const std::size_t hosted = built.host_pages(); hosted > target.config_.host_pool)
-      raise_input(elements.back().where + ": " + to_text(hosted) + " pages on the host tiers, more than the host pool (" +
-                  to_text(target.config_.host_pool) + ")");
+      raise_input(elements.back().where + ": " + to_text(hosted) +
+                  " pages on the host tiers, more than the host pool (" + to_text(target.config_.host_pool) + ")");
     built.instance_ = target.instance_;  // the target keeps its instance: its checkpoints stay its own
     target = std::move(built);           // noexcept moves
   }
