@@ -796,22 +796,15 @@ class basic_manager {
   }
   /// Applies `id`'s recall plan to its state only (the engine moved the K/V and changed its table itself).
   void commit_recall(SequenceId id, const recall_plan& plan) {
-    check_recall(id, plan);
-    auto& e = find_entry(id, "commit_recall")->second;
-    const auto displaced = displaced_origins(e, plan);
-    e.seq->apply_recall(plan);
-    forget(e, displaced);
+    recall_with(id, plan, [&](sequence_type& seq) { seq.apply_recall(plan); });
   }
   /// basic_sequence::commit_recall(plan, table, seq) for `id`, with the manager's checks first.
   template <inserting_page_table Table, class IdMap>
   recall_commit<typename Table::page_id> commit_recall(SequenceId id, const recall_plan& plan, Table& table,
                                                        IdMap table_id) {
-    check_recall(id, plan);
-    auto& e = find_entry(id, "commit_recall")->second;
-    const auto displaced = displaced_origins(e, plan);
-    auto out = e.seq->recall_into(plan, table, table_id_of<Table>(table_id, id));
-    forget(e, displaced);
-    return out;
+    return recall_with(id, plan, [&](sequence_type& seq) {
+      return seq.recall_into(plan, table, table_id_of<Table>(table_id, id));
+    });
   }
   /// basic_sequence::commit_recall(plan, table, seq, store) for `id`, with the manager's checks first: all or
   /// nothing, the table and the store included.
@@ -819,12 +812,9 @@ class basic_manager {
     requires host_store<Store, typename Table::sequence_id, typename Table::page_id>
   recall_commit<typename Table::page_id> commit_recall(SequenceId id, const recall_plan& plan, Table& table,
                                                        IdMap table_id, Store& store) {
-    check_recall(id, plan);
-    auto& e = find_entry(id, "commit_recall")->second;
-    const auto displaced = displaced_origins(e, plan);
-    auto out = e.seq->recall_into(plan, table, table_id_of<Table>(table_id, id), store);
-    forget(e, displaced);
-    return out;
+    return recall_with(id, plan, [&](sequence_type& seq) {
+      return seq.recall_into(plan, table, table_id_of<Table>(table_id, id), store);
+    });
   }
 
   // --- determinism -------------------------------------------------------------------------------------------
@@ -1113,6 +1103,22 @@ class basic_manager {
       out = std::move(both);
     }
     return out;
+  }
+  // Every commit_recall: the manager's checks, then `apply` on the sequence (which may throw, changing nothing), then
+  // the displaced pages' flags end.
+  template <class Apply>
+  decltype(auto) recall_with(SequenceId id, const recall_plan& plan, Apply&& apply) {
+    check_recall(id, plan);
+    auto& e = find_entry(id, "commit_recall")->second;
+    const auto displaced = displaced_origins(e, plan);
+    if constexpr (std::is_void_v<decltype(apply(*e.seq))>) {
+      apply(*e.seq);
+      forget(e, displaced);
+    } else {
+      auto out = apply(*e.seq);
+      forget(e, displaced);
+      return out;
+    }
   }
   // The origins of the device pages a recall plan displaces (demoted or dropped): their flags end.
   static std::vector<std::uint64_t> displaced_origins(const entry& e, const recall_plan& plan) {
