@@ -2,8 +2,8 @@
 // The host tier's decisions (tiers/host_tier.hpp) against one engine step's scoring pass over the same sequence:
 //
 //   tier/recall_decision/<tokens>  select_recall_for_bounds: a recall plan from per-page bounds the engine
-//                                  computed (page statuses, the two heaps, the plan), half the pages on the host,
-//                                  at most 8 promotions (random bounds: every plan promotes 8)
+//                                  computed (the candidate sweep, simd/recall_select.hpp, and the plan), half the
+//                                  pages on the host, at most 8 promotions (random bounds: every plan promotes 8)
 //   tier/fused_pass/<tokens>       advance_to + observe_tokens through the public API on a memdecay::sequence of
 //                                  as many device tokens, no tier: the step's fused observation and scoring pass
 //   tier/demotion/<tokens>         select(32) with the tier: victims, the region rule and the host pool split

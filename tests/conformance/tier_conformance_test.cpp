@@ -195,6 +195,20 @@ episode_result run_episode(std::uint64_t seed, bool check) {
     std::vector<float> query(kv_heads * head_dim);
     for (auto& q : query) q = 2.0f * normal(rng);
     const auto recall = seq.select_recall(query);
+    if (check && rules.displace_lowest == 0) {
+      // displace_lowest at least the page count lets every evictable page make room: the rule of 0. The two are
+      // decided by different paths (a sweep over the host and pinned flags asking the other rules of the offered
+      // pages only, and every page's status), so each checks the other.
+      auto every_page_lowest = seq;
+      auto wide = rules;
+      wide.displace_lowest = seq.num_pages() + 1;
+      every_page_lowest.enable_host_tier(wide);
+      const auto same = every_page_lowest.select_recall(query);
+      EXPECT_EQ(same.promote, recall.promote) << "round " << round;
+      EXPECT_EQ(same.promote_bounds, recall.promote_bounds) << "round " << round;
+      EXPECT_EQ(same.demote, recall.demote) << "round " << round;
+      EXPECT_EQ(same.drop, recall.drop) << "round " << round;
+    }
     if (check) {
       EXPECT_LE(recall.promote.size(), rules.max_recall_pages);
       EXPECT_LE(recall.demote.size() + recall.drop.size(), recall.promote.size());

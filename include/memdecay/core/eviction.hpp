@@ -71,24 +71,43 @@ void page_scores_reference(const token_state<Float, PageSize>& state, const Regi
 
 namespace detail {
 
+/// Where the place rules of a sequence fall: sink pages [0, sink_end), the recent window [recent_from, pages) and
+/// the partial last page (partial_page, or pages when the last page is full). Computed once, asked per page.
+struct place_ranges {
+  std::size_t sink_end = 0, recent_from = 0, partial_page = 0;
+  /// Whether the page's place allows its eviction (pins and the caller's protections aside).
+  [[nodiscard]] bool evictable(std::size_t page) const noexcept {
+    return page >= sink_end && page < recent_from && page != partial_page;
+  }
+};
+
+template <std::size_t PageSize>
+[[nodiscard]] place_ranges place_ranges_of(const sequence_state<PageSize>& state,
+                                           const protection_config& protection) noexcept {
+  const std::size_t pages = state.num_pages(), n = state.kv_len();
+  place_ranges r;
+  r.sink_end = std::min<std::size_t>(protection.sink_pages, pages);
+  r.recent_from = pages;
+  if (protection.recent_tokens > 0 && n > 0)
+    r.recent_from = protection.recent_tokens >= n ? 0 : state.geometry().page_of(n - protection.recent_tokens);
+  r.partial_page = pages > 0 && state.tokens_in_page(pages - 1) < state.page_size() ? pages - 1 : pages;
+  return r;
+}
+
 /// The statuses that follow from a page's place (sink, recent, partial) and the caller's protections, over `out`
 /// holding pinned or evictable for every page (pinned wins, then sink, recent, partial, caller-protected). Touches
 /// only the sink pages, the recent window, the last page and the caller's pages.
 template <std::size_t PageSize>
 void place_statuses(const sequence_state<PageSize>& state, const protection_config& protection,
                     std::span<const std::size_t> caller_protected, std::span<page_status> out) noexcept {
-  const std::size_t pages = state.num_pages(), n = state.kv_len();
-  const std::size_t sink_end = std::min<std::size_t>(protection.sink_pages, pages);
-  for (std::size_t p = 0; p < sink_end; ++p)
+  const std::size_t pages = state.num_pages();
+  const place_ranges place = place_ranges_of(state, protection);
+  for (std::size_t p = 0; p < place.sink_end; ++p)
     if (out[p] == page_status::evictable) out[p] = page_status::sink;
-  if (protection.recent_tokens > 0 && n > 0) {
-    const std::size_t recent_from =
-        protection.recent_tokens >= n ? 0 : state.geometry().page_of(n - protection.recent_tokens);
-    for (std::size_t p = std::max(recent_from, sink_end); p < pages; ++p)
-      if (out[p] == page_status::evictable) out[p] = page_status::recent;
-  }
-  if (pages > 0 && state.tokens_in_page(pages - 1) < state.page_size() && out[pages - 1] == page_status::evictable)
-    out[pages - 1] = page_status::partial;
+  for (std::size_t p = std::max(place.recent_from, place.sink_end); p < pages; ++p)
+    if (out[p] == page_status::evictable) out[p] = page_status::recent;
+  if (place.partial_page < pages && out[place.partial_page] == page_status::evictable)
+    out[place.partial_page] = page_status::partial;
   for (std::size_t p : caller_protected)
     if (p < pages && out[p] == page_status::evictable) out[p] = page_status::protected_;
 }

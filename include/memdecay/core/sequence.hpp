@@ -58,6 +58,7 @@
 #include "memdecay/core/policy.hpp"
 #include "memdecay/core/region.hpp"
 #include "memdecay/core/sequence_state.hpp"
+#include "memdecay/simd/recall_select.hpp"
 #include "memdecay/simd/reduce_rows.hpp"
 #include "memdecay/simd/select.hpp"
 #include "memdecay/detail/undo.hpp"
@@ -611,9 +612,11 @@ class basic_sequence {
     if (page_bounds.size() != num_pages())
       detail::raise_input("page bounds have " + detail::to_text(page_bounds.size()) + " entries, expected " +
                           detail::to_text(num_pages()));
-    for (std::size_t p = 0; p < page_bounds.size(); ++p)
-      if (std::isnan(page_bounds[p])) detail::raise_input("page bounds[" + detail::to_text(p) + "] is NaN");
-    return recall_for_bounds(page_bounds, caller_protected);
+    auto candidates = recall_candidates_for(page_bounds, caller_protected);
+    if (candidates.saw_nan)  // the sweep saw one; name the first
+      for (std::size_t p = 0; p < page_bounds.size(); ++p)
+        if (std::isnan(page_bounds[p])) detail::raise_input("page bounds[" + detail::to_text(p) + "] is NaN");
+    return recall_from(std::move(candidates));
   }
   /// Throws what commit_recall(plan) would throw, and changes nothing.
   void check_recall(const recall_plan& plan) const {
@@ -897,71 +900,75 @@ class basic_sequence {
     for (std::size_t p = 0; p < status.size(); ++p)
       if (status[p] == page_status::evictable && !displaceable[p]) status[p] = page_status::protected_;
   }
+  // The k best host pages and the k weakest displaceable device pages by bound (k = max_recall_pages), from one
+  // sweep over the bounds and the host and pinned flags (simd/recall_select.hpp); the other page rules are asked
+  // of the pages the sweep offers only. Pages without a bound to judge them by (no digest, or a NaN bound) are
+  // nobody's candidate.
+  [[nodiscard]] simd::recall_candidates recall_candidates_for(std::span<const float> best,
+                                                               std::span<const std::size_t> caller_protected) const {
+    const auto& rules = tier_->config();
+    const auto judged = [this](std::size_t p) { return !digests_ || digests_->has_digest(p); };
+    if (const std::size_t k = rules.displace_lowest; k != 0) {
+      // The evictor's k lowest-scoring evictable pages are the only displaceable ones: that needs every status.
+      auto status = page_statuses(caller_protected);
+      keep_all_but_lowest(status, k);
+      return simd::select_recall_candidates(
+          best, tier_->host_flags(), pinned_.flags(), rules.max_recall_pages, judged,
+          [&](std::size_t p) { return status[p] == page_status::evictable && judged(p); });
+    }
+    const auto place = detail::place_ranges_of(state_, protection());
+    std::vector<std::size_t> guarded(caller_protected.begin(), caller_protected.end());
+    std::sort(guarded.begin(), guarded.end());
+    const step_t now_step = now();
+    return simd::select_recall_candidates(
+        best, tier_->host_flags(), pinned_.flags(), rules.max_recall_pages, judged, [&](std::size_t p) {
+          return place.evictable(p) && !tier_->recently_recalled(p, now_step) &&
+                 !std::binary_search(guarded.begin(), guarded.end(), p) && judged(p);
+        });
+  }
   [[nodiscard]] recall_plan recall_for_bounds(std::span<const float> best,
                                               std::span<const std::size_t> caller_protected) const {
+    return recall_from(recall_candidates_for(best, caller_protected));
+  }
+  [[nodiscard]] recall_plan recall_from(simd::recall_candidates candidates) const {
     recall_plan plan;
     plan.page_size = page_size();
     plan.generation = generation();
-    auto status = page_statuses(caller_protected);
-    if (const std::size_t k = tier_->config().displace_lowest; k != 0) keep_all_but_lowest(status, k);
-    // (bound, page) pairs: ordered by bound, ties to the lower index, so the plan is a pure function. Written
-    // without a branch on the status (host and device pages interleave at random: a branch per page mispredicted
-    // half the time and cost more than the rest of the decision).
-    const std::size_t n = num_pages();
-    std::vector<std::pair<float, std::size_t>> host(n), device(n);
-    std::size_t hosts = 0, devices = 0;
-    for (std::size_t p = 0; p < n; ++p) {
-      // No bound to judge it by: no digest, or a NaN from a bound that overflowed both ways.
-      const bool judged = !(digests_ && !digests_->has_digest(p)) && !std::isnan(best[p]);
-      host[hosts] = {best[p], p};
-      device[devices] = {best[p], p};
-      hosts += judged && status[p] == page_status::host ? 1 : 0;
-      devices += judged && status[p] == page_status::evictable ? 1 : 0;
-    }
-    host.resize(hosts);
-    device.resize(devices);
     const auto& rules = tier_->config();
-    // A plan promotes at most k pages and displaces at most k: only the k best host pages and the k weakest device
-    // pages matter, found in linear time and then sorted.
-    const auto best_first = [](const std::pair<float, std::size_t>& a, const std::pair<float, std::size_t>& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    const auto weakest_first = [](const std::pair<float, std::size_t>& a, const std::pair<float, std::size_t>& b) {
-      return a.first < b.first || (a.first == b.first && a.second < b.second);
-    };
-    const std::size_t k = std::min(rules.max_recall_pages, host.size());
-    auto keep_first = [k](auto& v, auto order) {
-      if (k < v.size()) {
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end(), order);
-        v.resize(k);
-      }
-      std::sort(v.begin(), v.end(), order);
-    };
-    keep_first(host, best_first);
-    keep_first(device, weakest_first);
+    auto& host = candidates.host;
+    auto& device = candidates.device;
+    if (device.size() > host.size()) device.resize(host.size());  // a plan displaces at most what it promotes
     const auto marks = config_.budget.in_tokens(page_size(), logical_len());
     std::size_t room =
         marks.high > device_len() ? static_cast<std::size_t>((marks.high - device_len()) / page_size()) : 0;
-    std::size_t next_device = 0;
-    std::vector<std::pair<std::size_t, float>> promoted;
     // A host page must beat the weakest device page still kept by the hysteresis, with room or without: room
     // between the watermarks is not a reason to bring back what the device would not keep.
-    for (const auto& [bound, h] : host) {
-      const bool has_weakest = next_device < device.size();
+    std::size_t promoted = 0, displaced = 0;
+    for (; promoted < host.size(); ++promoted) {
+      const bool has_weakest = displaced < device.size();
       if (has_weakest &&
-          !(static_cast<double>(bound) > static_cast<double>(device[next_device].first) + rules.hysteresis))
+          !(static_cast<double>(host[promoted].first) > static_cast<double>(device[displaced].first) + rules.hysteresis))
         break;
-      if (room > 0) {
+      if (room > 0)
         --room;
-      } else {
-        if (!has_weakest) break;
-        const std::size_t d = device[next_device++].second;
-        (worthy_of_host(d) ? plan.demote : plan.drop).push_back(d);
-      }
-      promoted.emplace_back(h, bound);
+      else if (has_weakest)
+        ++displaced;
+      else
+        break;
     }
-    std::sort(promoted.begin(), promoted.end());
-    for (const auto& [p, b] : promoted) plan.promote.push_back(p), plan.promote_bounds.push_back(b);
+    // The plan lists pages in ascending order (sized once: a plan is built on every decode step).
+    std::sort(host.begin(), host.begin() + static_cast<std::ptrdiff_t>(promoted),
+              [](const simd::bounded_page& a, const simd::bounded_page& b) { return a.second < b.second; });
+    plan.promote.reserve(promoted);
+    plan.promote_bounds.reserve(promoted);
+    for (std::size_t j = 0; j < promoted; ++j)
+      plan.promote.push_back(host[j].second), plan.promote_bounds.push_back(host[j].first);
+    std::size_t worthy = 0;
+    for (std::size_t j = 0; j < displaced; ++j) worthy += worthy_of_host(device[j].second) ? 1 : 0;
+    plan.demote.reserve(worthy);
+    plan.drop.reserve(displaced - worthy);
+    for (std::size_t j = 0; j < displaced; ++j)
+      (worthy_of_host(device[j].second) ? plan.demote : plan.drop).push_back(device[j].second);
     std::sort(plan.demote.begin(), plan.demote.end());
     std::sort(plan.drop.begin(), plan.drop.end());
     return plan;

@@ -10,5 +10,6 @@
 #include "memdecay/simd/score_kernel.hpp"
 #include "memdecay/simd/expfree.hpp"
 #include "memdecay/simd/select.hpp"
+#include "memdecay/simd/recall_select.hpp"
 
 #endif  // MEMDECAY_SIMD_SIMD_HPP
