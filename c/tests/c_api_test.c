@@ -411,6 +411,63 @@ static void test_host_tier(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* memdecay_sequence_enable_host_tier_displacing: with displace_lowest = 1 a recall may displace only the evictor's
+ * lowest-scoring evictable device page (what select(1) names), not the page the query bounds lowest; with 0 it is the
+ * plain call. An invalid config still fails naming the field. */
+static void test_host_tier_displace_lowest(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_sequence* seq;
+  memdecay_plan* plan = NULL;
+  memdecay_recall_plan* recall = NULL;
+  memdecay_host_tier_config tier = memdecay_host_tier_config_default();
+  memdecay_recall_plan_view rv;
+  memdecay_plan_view pv;
+  float keys[16 * 2], query[2] = {0.0f, 1.0f};
+  uint8_t flags[16];
+  size_t i, p, count = 0, host = 0, lowest = 0, by_bound = 0;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, 8, NAN));
+  seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16, budget 8 pages */
+  ramp_keys(seq);                            /* page p's bound for the query is 0.1 p */
+  tier.host_budget_unit = MEMDECAY_BUDGET_PAGES;
+  tier.host_budget = 8;
+  tier.max_recall_pages = 1;
+  tier.hysteresis = -1.0;
+  CHECK_FAILS(memdecay_sequence_enable_host_tier_displacing(seq, &tier, 1), MEMDECAY_CONFIG_ERROR, "hysteresis");
+  tier.hysteresis = 0.0;
+  CHECK_OK(memdecay_sequence_enable_host_tier_displacing(seq, &tier, 0));
+  CHECK_OK(memdecay_sequence_select_for_budget(seq, NULL, 0, &plan));
+  CHECK_OK(memdecay_sequence_commit(seq, plan));
+  memdecay_plan_destroy(plan);
+  CHECK_OK(memdecay_sequence_on_host(seq, flags, 16, &count));
+  for (p = 0; p < count; ++p)
+    if (flags[p]) host = p;
+  for (i = 0; i < 16; ++i) keys[2 * i] = 1.0f, keys[2 * i + 1] = 50.0f;
+  CHECK_OK(memdecay_sequence_set_page_keys(seq, host, keys, 32)); /* the query wants the last host page */
+  /* Rule 0: the device page with the lowest bound makes room. */
+  CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
+  if (rv.num_demote + rv.num_drop == 1) by_bound = rv.num_demote ? rv.demote[0] : rv.drop[0];
+  memdecay_recall_plan_destroy(recall);
+  /* Rule 1: the evictor's lowest-scoring evictable page makes room, whatever its bound. */
+  CHECK_OK(memdecay_sequence_enable_host_tier_displacing(seq, &tier, 1));
+  CHECK_OK(memdecay_sequence_select(seq, 1, NULL, 0, &plan));
+  pv = memdecay_plan_get(plan);
+  CHECK(pv.num_pages == 1);
+  if (pv.num_pages == 1) lowest = pv.pages[0];
+  memdecay_plan_destroy(plan);
+  CHECK(lowest != by_bound); /* the two rules disagree here, so the check below tells them apart */
+  CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.num_demote + rv.num_drop == 1);
+  if (rv.num_demote + rv.num_drop == 1) CHECK((rv.num_demote ? rv.demote[0] : rv.drop[0]) == lowest);
+  CHECK_OK(memdecay_sequence_commit_recall(seq, recall));
+  memdecay_recall_plan_destroy(recall);
+  memdecay_sequence_destroy(seq);
+  memdecay_config_destroy(cfg);
+}
+
 /* A recall through a block pool: the demoted pages leave the pool at the tiered commit, the promoted page gets a fresh
  * block at its place; a short `inserted` buffer or a table that is not a block pool changes nothing. */
 static void test_recall_through_a_pool(void) {
@@ -944,6 +1001,7 @@ int main(int argc, char** argv) {
   test_mean_keys_and_key_norms();
   test_digests();
   test_host_tier();
+  test_host_tier_displace_lowest();
   test_recall_through_a_pool();
   test_commits();
   test_snapshots();

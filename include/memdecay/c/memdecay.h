@@ -399,6 +399,13 @@ MEMDECAY_C_API memdecay_host_tier_config memdecay_host_tier_config_default(void)
 /* MEMDECAY_CONFIG_ERROR naming the field. A manager's sequence counts toward its manager's host pool. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_enable_host_tier(memdecay_sequence* sequence,
                                                                   const memdecay_host_tier_config* config);
+/* memdecay_sequence_enable_host_tier with a displacement rule: displace_lowest > 0 lets a recall displace only that
+ * many device pages, the evictor's lowest-scoring evictable ones (the score decides what may leave, the query what
+ * returns; host_tier_config::displace_lowest); 0 is the plain call (any evictable page the query bounds lower). A
+ * function of its own rather than a field, so that memdecay_host_tier_config keeps its layout in ABI version 1. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_enable_host_tier_displacing(memdecay_sequence* sequence,
+                                                                             const memdecay_host_tier_config* config,
+                                                                             size_t displace_lowest);
 /* MEMDECAY_USAGE_ERROR while pages are on the host (they would be lost). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_disable_host_tier(memdecay_sequence* sequence);
 typedef struct memdecay_tier_info {
