@@ -235,6 +235,65 @@ std::size_t expect_every_table_fault_changes_nothing(const md::config& cfg, cons
   return fired;
 }
 
+// A commit through a table and a host store that share one fault schedule (`commit(world, table, store)`, on a fresh
+// world from `build()`: a tiered_engine or a tiered_world) with the k-th call failing, for every k and every fault
+// mode: a commit that throws leaves the state (`digest(world)`), the table, the store and the K/V the pages carry as
+// they were, and the same commit then succeeds and leaves what the fault-free run left (K/V included when
+// `kv_after_commit`: without a store the library copies nothing). Returns how many runs threw and the calls counted.
+template <class Build, class Digest, class Commit>
+std::pair<std::size_t, std::size_t> expect_every_store_fault_changes_nothing(Build build, Digest digest_of,
+                                                                             Commit commit,
+                                                                             bool kv_after_commit = true) {
+  auto ref = build();
+  fault_schedule counting;
+  faulty_table ct(ref->pool, counting);
+  faulty_store cs(ref->store, counting);
+  commit(*ref, ct, cs);
+  if (kv_after_commit) {
+    EXPECT_TRUE(ref->kv_follows());
+  }
+  const std::size_t calls = counting.calls();
+  const auto after = digest_of(*ref);
+  const auto table_after = ref->table();
+  const auto store_after = fingerprint(ref->store);
+  std::size_t fired = 0;
+  for (fault_mode mode : fault_injection::all_modes)
+    for (std::size_t k = 0; k < calls; ++k) {
+      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
+      auto w = build();
+      const auto digest = digest_of(*w);
+      const auto table = w->table();
+      const auto store = fingerprint(w->store);
+      fault_schedule schedule;
+      faulty_table ft(w->pool, schedule);
+      faulty_store fs(w->store, schedule);
+      schedule.fail(k, mode);
+      bool threw = false;
+      try {
+        commit(*w, ft, fs);
+      } catch (const std::exception&) {
+        threw = true;
+      }
+      EXPECT_EQ(threw, schedule.fired());
+      if (!threw) continue;
+      ++fired;
+      EXPECT_EQ(digest_of(*w), digest) << "the state changed";
+      EXPECT_EQ(w->table(), table) << "the table changed";
+      EXPECT_TRUE(w->pool.consistent());
+      EXPECT_EQ(fingerprint(w->store), store) << "the store changed";
+      EXPECT_TRUE(w->kv_follows());
+      schedule.fail(std::nullopt, mode);
+      commit(*w, ft, fs);
+      EXPECT_EQ(digest_of(*w), after);
+      EXPECT_EQ(w->table(), table_after);
+      if (kv_after_commit) {
+        EXPECT_EQ(fingerprint(w->store), store_after);
+        EXPECT_TRUE(w->kv_follows());
+      }
+    }
+  return {fired, calls};
+}
+
 }  // namespace
 
 template <class Case>
@@ -382,47 +441,9 @@ TYPED_TEST(FaultInjection, ATieredCommitWithAStoreThatFailsAtAnyCallChangesNothi
   ASSERT_FALSE(plan.demoted.empty());
   ASSERT_EQ(ref->seq.host_pages(), 2u) << "the host tier should be full";
 
-  fault_schedule counting;
-  faulty_table ct(ref->pool, counting);
-  faulty_store cs(ref->store, counting);
-  (void)ref->seq.commit(plan, ct, 0, cs);
-  ASSERT_TRUE(ref->kv_follows());
-  const std::size_t calls = counting.calls();
-  const auto after = ref->seq.digest();
-  const auto table_after = ref->table();
-  const auto store_after = fingerprint(ref->store);
-  std::size_t fired = 0;
-  for (fault_mode mode : fault_injection::all_modes)
-    for (std::size_t k = 0; k < calls; ++k) {
-      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
-      auto e = build();
-      const auto digest = e->seq.digest();
-      const auto table = e->table();
-      const auto store = fingerprint(e->store);
-      fault_schedule schedule;
-      faulty_table ft(e->pool, schedule);
-      faulty_store fs(e->store, schedule);
-      schedule.fail(k, mode);
-      bool threw = false;
-      try {
-        (void)e->seq.commit(plan, ft, 0, fs);
-      } catch (const std::exception&) {
-        threw = true;
-      }
-      ASSERT_EQ(threw, schedule.fired());
-      if (!threw) continue;
-      ++fired;
-      ASSERT_EQ(e->seq.digest(), digest);
-      ASSERT_EQ(e->table(), table);
-      ASSERT_EQ(fingerprint(e->store), store);
-      ASSERT_TRUE(e->kv_follows());
-      schedule.fail(std::nullopt, mode);
-      (void)e->seq.commit(plan, ft, 0, fs);
-      ASSERT_EQ(e->seq.digest(), after);
-      ASSERT_EQ(e->table(), table_after);
-      ASSERT_EQ(fingerprint(e->store), store_after);
-      ASSERT_TRUE(e->kv_follows());
-    }
+  const auto [fired, calls] = expect_every_store_fault_changes_nothing(
+      build, [](const auto& e) { return e.seq.digest(); },
+      [&](auto& e, auto& table, auto& store) { (void)e.seq.commit(plan, table, 0, store); });
   EXPECT_GE(fired, 3 * (calls - 2)) << "every call but the releases should have failed in each throwing mode";
 }
 
@@ -503,48 +524,12 @@ TYPED_TEST(FaultInjection, ATieredManagerCommitWithAStoreThatFailsAtAnyCallChang
   for (const auto& [id, p] : plan.plans) demoted += p.demoted.size(), tiered += p.demoted.empty() ? 0 : 1;
   ASSERT_GE(tiered, 2u) << "the demotions should span sequences: the batch is what is tested (" << plan.victims.size()
                         << " victims, " << demoted << " demoted)";
-  fault_schedule counting;
-  faulty_table ct(ref->pool, counting);
-  faulty_store cs(ref->store, counting);
-  (void)ref->mgr.commit(plan, ct, md::identity_id{}, cs);
-  ASSERT_TRUE(ref->kv_follows());
-  const std::size_t calls = counting.calls();
-  const auto after = ref->mgr.digest();
-  const auto table_after = ref->table();
-  const auto store_after = fingerprint(ref->store);
-  std::size_t fired = 0;
-  for (fault_mode mode : fault_injection::all_modes)
-    for (std::size_t k = 0; k < calls; ++k) {
-      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
-      auto w = build();
-      const auto digest = w->mgr.digest();
-      const auto table = w->table();
-      const auto store = fingerprint(w->store);
-      ASSERT_EQ(w->mgr.select_global().digest(), plan.digest());
-      fault_schedule schedule;
-      faulty_table ft(w->pool, schedule);
-      faulty_store fs(w->store, schedule);
-      schedule.fail(k, mode);
-      bool threw = false;
-      try {
-        (void)w->mgr.commit(plan, ft, md::identity_id{}, fs);
-      } catch (const std::exception&) {
-        threw = true;
-      }
-      ASSERT_EQ(threw, schedule.fired());
-      if (!threw) continue;
-      ++fired;
-      ASSERT_EQ(w->mgr.digest(), digest) << "the manager changed";
-      ASSERT_EQ(w->table(), table) << "the table changed";
-      ASSERT_EQ(fingerprint(w->store), store) << "the store changed";
-      ASSERT_TRUE(w->kv_follows());
-      schedule.fail(std::nullopt, mode);
-      (void)w->mgr.commit(plan, ft, md::identity_id{}, fs);
-      ASSERT_EQ(w->mgr.digest(), after);
-      ASSERT_EQ(w->table(), table_after);
-      ASSERT_EQ(fingerprint(w->store), store_after);
-      ASSERT_TRUE(w->kv_follows());
-    }
+  const auto [fired, calls] = expect_every_store_fault_changes_nothing(
+      build, [](const auto& w) { return w.mgr.digest(); },
+      [&](auto& w, auto& table, auto& store) {
+        EXPECT_EQ(w.mgr.select_global().digest(), plan.digest());  // the same plan from the same state
+        (void)w.mgr.commit(plan, table, md::identity_id{}, store);
+      });
   EXPECT_GE(fired, 3 * (calls - tiered)) << "every call but the releases should have failed in each throwing mode";
 }
 
@@ -572,59 +557,15 @@ void sweep_recall_faults(bool with_store, bool full_table) {
   ASSERT_EQ(plan.promote.size(), 2u);
   ASSERT_EQ(plan.demote.size() + plan.drop.size(), 2u) << "a swap: the device is at its budget";
   ASSERT_EQ(ref->pool.free_blocks() == 0, full_table);
-  fault_schedule counting;
-  faulty_table ct(ref->pool, counting);
-  faulty_store cs(ref->store, counting);
-  if (with_store)
-    (void)ref->seq.commit_recall(plan, ct, 0, cs);
-  else
-    (void)ref->seq.commit_recall(plan, ct, 0);
-  if (with_store) {
-    ASSERT_TRUE(ref->kv_follows());
-  }
-  const std::size_t calls = counting.calls();
-  const auto after = ref->seq.digest();
-  const auto table_after = ref->table();
-  std::size_t fired = 0;
-  for (fault_mode mode : fault_injection::all_modes)
-    for (std::size_t k = 0; k < calls; ++k) {
-      SCOPED_TRACE(testing::Message() << to_string(mode) << " at call " << k << " of " << calls);
-      auto e = build();
-      const auto digest = e->seq.digest();
-      const auto table = e->table();
-      const auto store = fingerprint(e->store);
-      fault_schedule schedule;
-      faulty_table ft(e->pool, schedule);
-      faulty_store fs(e->store, schedule);
-      schedule.fail(k, mode);
-      bool threw = false;
-      try {
+  const auto [fired, calls] = expect_every_store_fault_changes_nothing(
+      build, [](const auto& e) { return e.seq.digest(); },
+      [&](auto& e, auto& table, auto& store) {
         if (with_store)
-          (void)e->seq.commit_recall(plan, ft, 0, fs);
+          (void)e.seq.commit_recall(plan, table, 0, store);
         else
-          (void)e->seq.commit_recall(plan, ft, 0);
-      } catch (const std::exception&) {
-        threw = true;
-      }
-      ASSERT_EQ(threw, schedule.fired());
-      if (!threw) continue;
-      ++fired;
-      ASSERT_EQ(e->seq.digest(), digest);
-      ASSERT_EQ(e->table(), table);
-      ASSERT_TRUE(e->pool.consistent());
-      ASSERT_EQ(fingerprint(e->store), store);
-      ASSERT_TRUE(e->kv_follows());  // without a store the library copies nothing: the tags stay put
-      schedule.fail(std::nullopt, mode);
-      if (with_store)
-        (void)e->seq.commit_recall(plan, ft, 0, fs);
-      else
-        (void)e->seq.commit_recall(plan, ft, 0);
-      ASSERT_EQ(e->seq.digest(), after);
-      ASSERT_EQ(e->table(), table_after);
-      if (with_store) {
-        ASSERT_TRUE(e->kv_follows());
-      }
-    }
+          (void)e.seq.commit_recall(plan, table, 0);
+      },
+      /*kv_after_commit=*/with_store);
   const std::size_t releases = with_store ? 3 : 0;
   EXPECT_GE(fired, 3 * (calls - releases)) << "every call but the releases should have failed in each throwing mode";
 }

@@ -12,25 +12,18 @@
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/tiers/host_store.hpp>
 
+#include "support/int_memory.hpp"
+
 namespace md = memdecay;
 
 namespace {
 
-// Device blocks and host slots hold ints; `fail_at` makes the n-th page copy throw.
-struct memory {
-  std::vector<int> device = std::vector<int>(32, 0), host = std::vector<int>(8, 0);
-  int copies = 0, fail_at = -1;
+// 32 device blocks and 8 host slots of ints, zeroed (support/int_memory.hpp); `fail_at` makes the n-th copy throw.
+struct memory : test_memory::int_memory {
+  memory() : int_memory(32, 8, 0) {}
 };
-struct copier {
-  memory* m;
-  void operator()(md::copy_direction dir, const std::int32_t& block, std::size_t slot) const {
-    if (m->copies++ == m->fail_at) throw std::runtime_error("injected: DMA failed");
-    auto& d = m->device[static_cast<std::size_t>(block)];
-    auto& h = m->host[slot];
-    (dir == md::copy_direction::to_host ? h : d) = dir == md::copy_direction::to_host ? d : h;
-  }
-};
-using store_t = md::host_block_store<std::uint64_t, std::int32_t, copier>;
+using copier = test_memory::int_copier;
+using store_t = test_memory::int_store;
 static_assert(md::host_store<store_t, std::uint64_t, std::int32_t>);
 
 std::vector<std::size_t> free_list(const store_t& s) { return {s.free_list().begin(), s.free_list().end()}; }

@@ -23,6 +23,8 @@
 #include <memdecay/page_tables/block_pool.hpp>
 #include <memdecay/tiers/host_store.hpp>
 
+#include "support/int_memory.hpp"
+
 namespace md = memdecay;
 namespace r = memdecay::regions;
 
@@ -37,21 +39,12 @@ md::config seq_config(double budget_pages) {
                     .budget = md::budget_config::pages(budget_pages)};
 }
 
-// Device blocks and host slots hold ints (a page's K/V stands for its origin); `fail_at` makes the n-th copy throw.
-struct memory {
-  std::vector<int> device = std::vector<int>(256, -1), host = std::vector<int>(64, -1);
-  int copies = 0, fail_at = -1;
+// 256 device blocks and 64 host slots (support/int_memory.hpp), -1 where nothing was written.
+struct memory : test_memory::int_memory {
+  memory() : int_memory(256, 64, -1) {}
 };
-struct copier {
-  memory* m;
-  void operator()(md::copy_direction dir, const std::int32_t& block, std::size_t slot) const {
-    if (m->copies++ == m->fail_at) throw std::runtime_error("injected: DMA failed");
-    auto& d = m->device[static_cast<std::size_t>(block)];
-    auto& h = m->host[slot];
-    (dir == md::copy_direction::to_host ? h : d) = dir == md::copy_direction::to_host ? d : h;
-  }
-};
-using store_t = md::host_block_store<std::uint64_t, std::int32_t, copier>;
+using copier = test_memory::int_copier;
+using store_t = test_memory::int_store;
 
 // A manager of `sequences` tiered sequences (ids 1, 2, ...), each a system page then `pages` pages of mixed
 // regions, one page per step, mirrored in a block pool whose blocks hold 1000 * id + origin.
