@@ -12,6 +12,7 @@ import argparse
 import glob
 import json
 import os
+import reread_counts  # tools/eval/, beside this script
 
 MASK = (1 << 64) - 1
 SEED = 0x6D656D6465636179
@@ -269,9 +270,15 @@ def main():
                     iv = [iv.get("lower"), iv.get("upper")]
                 cells.append(f"{fit['half_life']:.1f} [{iv[0]:.1f}, {iv[1]:.1f}]" if iv and iv[0] is not None
                              else f"{fit['half_life']:.1f}")
-            else:
-                cells.append("uncalibrated (" + str(fit.get("reason", "")).split(";")[0][:40] + ")")
+            else:  # the reason's head: "too noisy", "no decay measured", "too few refresh intervals", "unstable"
+                cells.append("uncalibrated (" + str(fit.get("reason", "")).split(":")[0].split(" (")[0] + ")")
         say(f"| {g} | {GENERATING_HALF_LIFE[g]} | {DEFAULT_HALF_LIFE[g]} | " + " | ".join(cells) + " |")
+    train = sorted(glob.glob(os.path.join(d, "train", "episodes-need-*.json")))
+    if train and cal:
+        rereads, episodes = reread_counts.count_rereads(train)
+        fitted = {m: {g: (r.get("fit") or {}).get("samples", 0) for g, r in regions.items()} for m, regions in cal.items()}
+        say(f"\n### Refresh intervals fitted, and how many can be re-reads ({episodes} training episodes)\n")
+        say("\n".join(reread_counts.table(rereads, fitted)))
     print("\n".join(out))
 
 
