@@ -1133,10 +1133,14 @@ class basic_manager {
       detail::raise_usage(where + ": the plan leaves " + detail::to_text(after) + " pages in a host pool of " +
                           detail::to_text(config_.host_pool));
   }
-  // The host pool after `plans` (checked: each plan's host lists are within its sequence).
+  // The pages `plan` adds to the host pool, modulo 2^64 (a plan may release more than it adds; the sum over plans
+  // and the pool is what counts). Its host lists are within its sequence: checked before.
+  static std::size_t host_growth(const plan_type& plan) noexcept {
+    return plan.demoted.size() - plan.host_dropped.size();
+  }
   std::size_t host_pages_after(const std::map<SequenceId, plan_type>& plans) const noexcept {
     std::size_t after = host_pages();
-    for (const auto& [id, p] : plans) after = after + p.demoted.size() - p.host_dropped.size();
+    for (const auto& [id, p] : plans) after += host_growth(p);
     return after;
   }
   void check_host_pool(const std::map<SequenceId, plan_type>& plans, const char* call) const {
@@ -1145,8 +1149,7 @@ class basic_manager {
   }
   void check_host_pool(SequenceId id, const plan_type& plan) const {
     if (plan.demoted.empty() || config_.host_pool == std::numeric_limits<std::size_t>::max()) return;
-    check_pool_after(host_pages() + plan.demoted.size() - plan.host_dropped.size(),
-                     "commit: sequence " + detail::to_text(id));
+    check_pool_after(host_pages() + host_growth(plan), "commit: sequence " + detail::to_text(id));
   }
   // A single sequence's plan under the host pool: only its own pages may be dropped for it.
   plan_type fit_one(SequenceId id, plan_type plan) const {
