@@ -66,7 +66,8 @@ class manager_handle {
   [[nodiscard]] virtual std::size_t reclaimable_pages() const = 0;
   [[nodiscard]] virtual std::size_t physical_pages() const = 0;
   [[nodiscard]] virtual std::size_t host_pages() const = 0;
-  [[nodiscard]] virtual md::recall_plan select_recall(std::uint64_t id, std::span<const float> query) const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall(std::uint64_t id, std::span<const float> query,
+                                                      md::head_bounds over_heads) const = 0;
   [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::uint64_t id,
                                                                  std::span<const float> bounds) const = 0;
   virtual void check_recall(std::uint64_t id, const md::recall_plan& plan) const = 0;
@@ -174,8 +175,9 @@ class manager_impl final : public manager_handle {
   [[nodiscard]] std::size_t reclaimable_pages() const override { return mgr_->reclaimable_pages(); }
   [[nodiscard]] std::size_t physical_pages() const override { return mgr_->physical_pages(); }
   [[nodiscard]] std::size_t host_pages() const override { return mgr_->host_pages(); }
-  [[nodiscard]] md::recall_plan select_recall(std::uint64_t id, std::span<const float> query) const override {
-    return mgr_->select_recall(id, query);
+  [[nodiscard]] md::recall_plan select_recall(std::uint64_t id, std::span<const float> query,
+                                              md::head_bounds over_heads) const override {
+    return mgr_->select_recall(id, query, over_heads);
   }
   [[nodiscard]] md::recall_plan select_recall_for_bounds(std::uint64_t id,
                                                          std::span<const float> bounds) const override {

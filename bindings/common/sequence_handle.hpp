@@ -103,8 +103,8 @@ class sequence_handle {
   [[nodiscard]] virtual std::size_t device_len() const = 0;
   [[nodiscard]] virtual std::size_t device_pages() const = 0;
   [[nodiscard]] virtual std::size_t device_index(std::size_t page) const = 0;
-  [[nodiscard]] virtual md::recall_plan select_recall(std::span<const float> query,
-                                                      std::span<const std::size_t> prot) const = 0;
+  [[nodiscard]] virtual md::recall_plan select_recall(std::span<const float> query, std::span<const std::size_t> prot,
+                                                      md::head_bounds over_heads) const = 0;
   [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
                                                                  std::span<const std::size_t> prot) const = 0;
   virtual void check_recall(const md::recall_plan& plan) const = 0;
@@ -234,9 +234,9 @@ class handle_impl final : public sequence_handle {
   [[nodiscard]] std::size_t device_len() const override { return get().device_len(); }
   [[nodiscard]] std::size_t device_pages() const override { return get().device_pages(); }
   [[nodiscard]] std::size_t device_index(std::size_t page) const override { return get().device_index(page); }
-  [[nodiscard]] md::recall_plan select_recall(std::span<const float> query,
-                                              std::span<const std::size_t> prot) const override {
-    return get().select_recall(query, prot);
+  [[nodiscard]] md::recall_plan select_recall(std::span<const float> query, std::span<const std::size_t> prot,
+                                              md::head_bounds over_heads) const override {
+    return get().select_recall(query, prot, over_heads);
   }
   [[nodiscard]] md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
                                                          std::span<const std::size_t> prot) const override {

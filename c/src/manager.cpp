@@ -161,7 +161,7 @@ memdecay_status memdecay_manager_select_recall(const memdecay_manager* manager, 
                                                size_t query_count, memdecay_recall_plan** out) {
   return on_manager(manager, [&](manager_handle& m) {
     require(out, "out");
-    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"))};
+    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"), md::head_bounds::max)};
   });
 }
 

@@ -401,7 +401,8 @@ memdecay_status memdecay_sequence_select_recall(const memdecay_sequence* sequenc
                                                 memdecay_recall_plan** out) {
   return on_sequence(sequence, [&](sequence_handle& s) {
     require(out, "out");
-    auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"));
+    auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"),
+                                 md::head_bounds::max);
     *out = new memdecay_recall_plan{std::move(plan)};
   });
 }

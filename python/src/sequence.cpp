@@ -43,6 +43,11 @@ py::array_t<float> float_values(const py::handle& obj, const char* name) {
   return py::reinterpret_borrow<py::array_t<float>>(a);
 }
 std::span<const float> values_of(const py::array_t<float>& a) { return {a.data(), static_cast<std::size_t>(a.size())}; }
+md::head_bounds head_bounds_of(const std::string& heads) {
+  if (heads == "max") return md::head_bounds::max;
+  if (heads == "mean") return md::head_bounds::mean;
+  raise_argument("heads", "'" + heads + "' (expected 'max' or 'mean')");
+}
 
 void bind_sequence(py::module_& m) {
   m.attr("POLICIES") = policy_names();
@@ -331,14 +336,16 @@ void bind_sequence(py::module_& m) {
            "A device page's index in the device page table (InputError for a host page).")
       .def(
           "select_recall",
-          [](const H& s, const py::object& query, const py::object& protect) {
+          [](const H& s, const py::object& query, const py::object& protect, const std::string& heads) {
             const auto q = float_values(query, "query");
             const auto prot = page_list(protect);
+            const auto over_heads = head_bounds_of(heads);
             py::gil_scoped_release release;
-            return s.select_recall(values_of(q), prot);
+            return s.select_recall(values_of(q), prot, over_heads);
           },
-          py::arg("query"), py::arg("protect") = py::none(),
-          "The recall plan for the step's query (query_heads x head_dim): needs a host tier and page digests.")
+          py::arg("query"), py::arg("protect") = py::none(), py::arg("heads") = "max",
+          "The recall plan for the step's query (query_heads x head_dim): needs a host tier and page digests. "
+          "heads: 'max' ranks a page by its best query head's bound, 'mean' by the mean over the heads.")
       .def(
           "select_recall_for_bounds",
           [](const H& s, const py::object& bounds, const py::object& protect) {

@@ -57,6 +57,27 @@ def test_recall_with_a_block_pool_inserts_the_promoted_page_at_its_place():
     assert seq.page_statuses()[host[1]] == "recalled"
 
 
+def test_recall_by_the_mean_over_query_heads_follows_the_mean_bounds():
+    seq = md.Sequence(md.Config(page_size=P, protection=md.Protection(recent_tokens=P, sink_pages=0),
+                                budget=md.Budget.pages(4)))
+    seq.append("system", P)
+    for step in range(1, 9):
+        seq.advance_to(step)
+        seq.append("user", P)
+    seq.enable_digests(kv_heads=1, head_dim=2, query_heads=2)
+    for p in range(seq.num_pages):
+        seq.set_page_keys(p, np.tile(np.array([np.sin(3.0 * p), np.cos(5.0 * p)], np.float32), (P, 1)))
+    seq.enable_host_tier()
+    seq.commit(seq.select_for_budget())
+    query = np.array([1.0, 0.2, -0.3, 0.9], np.float32)  # two query heads
+    per_head = seq.page_bounds(query)
+    by_mean = seq.select_recall(query, heads="mean")
+    assert list(by_mean.promote) == list(seq.select_recall_for_bounds(per_head.mean(axis=0)).promote)
+    assert list(seq.select_recall(query, heads="max").promote) == list(seq.select_recall(query).promote)
+    with pytest.raises(ValueError, match="heads"):
+        seq.select_recall(query, heads="median")
+
+
 def test_errors_change_nothing():
     seq = tiered()
     with pytest.raises(md.ConfigError, match="hysteresis"):

@@ -625,6 +625,39 @@ TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
   EXPECT_THROW((void)seq.select_recall_for_bounds(best), md::input_error);
 }
 
+// head_bounds::mean ranks pages by the mean of their query heads' bounds: the plan is the one the engine's own
+// per-page means give, and it differs from the best-head rule where one head alone favours a page.
+TEST(HostTier, RecallByTheMeanOverHeadsEqualsRecallFromTheMeanBounds) {
+  auto seq = filled(4, 10);
+  seq.enable_digests({.kv_heads = 1, .head_dim = 2, .query_heads = 2});
+  for (std::size_t p = 0; p < seq.num_pages(); ++p)
+    set_page_key(seq, p, std::sin(static_cast<float>(3 * p)), std::cos(static_cast<float>(5 * p)));
+  seq.enable_host_tier({.hysteresis = 0.05});
+  seq.commit(seq.select_for_budget());
+  const std::vector<float> q{1.0f, 0.2f, -0.3f, 0.9f};  // two query heads
+  const std::size_t n = seq.num_pages();
+  std::vector<float> per_head(2 * n), mean(n), best(n);
+  seq.query_page_bounds(q, per_head);
+  for (std::size_t p = 0; p < n; ++p) {
+    mean[p] = static_cast<float>((static_cast<double>(per_head[p]) + per_head[n + p]) / 2.0);
+    best[p] = std::max(per_head[p], per_head[n + p]);
+  }
+  const auto by_mean = seq.select_recall(q, {}, md::head_bounds::mean);
+  const auto from_means = seq.select_recall_for_bounds(mean);
+  EXPECT_FALSE(by_mean.empty());
+  EXPECT_EQ(by_mean.promote, from_means.promote);
+  EXPECT_EQ(by_mean.promote_bounds, from_means.promote_bounds);
+  EXPECT_EQ(by_mean.demote, from_means.demote);
+  EXPECT_EQ(by_mean.drop, from_means.drop);
+  EXPECT_EQ(seq.select_recall(q, {}, md::head_bounds::max).promote, seq.select_recall_for_bounds(best).promote);
+  // The two rules rank these pages differently, so the test above tells them apart.
+  std::vector<std::size_t> order_mean(n), order_best(n);
+  for (std::size_t p = 0; p < n; ++p) order_mean[p] = order_best[p] = p;
+  std::stable_sort(order_mean.begin(), order_mean.end(), [&](auto a, auto b) { return mean[a] > mean[b]; });
+  std::stable_sort(order_best.begin(), order_best.end(), [&](auto a, auto b) { return best[a] > best[b]; });
+  EXPECT_NE(order_mean, order_best);
+}
+
 TEST(HostTier, ARecallWithTheDeviceTableInsertsThePromotedPagesAtTheirPlace) {
   auto seq = filled(6, 8);
   seq.enable_digests({.kv_heads = 1, .head_dim = 2});

@@ -116,8 +116,10 @@ class any_sequence {
   virtual void digest_pages(const page_keys_fn&, std::size_t /*heads*/, std::size_t /*head_dim*/) {
     throw std::logic_error("this policy has no page digests");
   }
-  /// The recall plan for `query`, by the tier's rules (host_tier_config::displace_lowest among them).
-  [[nodiscard]] virtual memdecay::recall_plan select_recall(std::span<const float> /*query*/) const {
+  /// The recall plan for `query`, by the tier's rules (host_tier_config::displace_lowest among them), a page's
+  /// bound combined over the query heads by `over_heads`.
+  [[nodiscard]] virtual memdecay::recall_plan select_recall(std::span<const float> /*query*/,
+                                                            memdecay::head_bounds /*over_heads*/) const {
     throw std::logic_error("this policy has no host tier");
   }
   /// commit with the host store doing the demoted pages' copies (all or nothing).
@@ -237,11 +239,12 @@ class erased_sequence final : public any_sequence {
       any_sequence::digest_pages(page_keys, heads, head_dim);
     }
   }
-  [[nodiscard]] memdecay::recall_plan select_recall(std::span<const float> query) const override {
+  [[nodiscard]] memdecay::recall_plan select_recall(std::span<const float> query,
+                                                    memdecay::head_bounds over_heads) const override {
     if constexpr (has_digests)
-      return seq_.select_recall(query);
+      return seq_.select_recall(query, {}, over_heads);
     else
-      return any_sequence::select_recall(query);
+      return any_sequence::select_recall(query, over_heads);
   }
   void commit(const plan_type& plan, pool_type& table, std::uint64_t sequence, host_store_type& store) override {
     if constexpr (has_digests)

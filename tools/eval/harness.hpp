@@ -225,8 +225,8 @@ void digest_pages(memdecay_tools::any_sequence& policy, const Session& session) 
 // moving through the host pool.
 template <class Session>
 void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_pool<Session>& pool,
-                std::span<const float> query, run_result& res) {
-  const auto plan = policy.select_recall(query);
+                std::span<const float> query, md::head_bounds over_heads, run_result& res) {
+  const auto plan = policy.select_recall(query, over_heads);
   if (plan.empty()) return;
   (void)policy.commit_recall(plan, session.table(), session.sequence(), pool.store());
   ++res.recalls;
@@ -363,7 +363,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         query.resize(L * d);
         for (std::size_t l = 0; l < L; ++l)
           std::copy_n(r.layer_queries[l].data() + (st.count - 1) * d, d, query.data() + l * d);
-        recall_for(*policy, session, *host, query, res);
+        recall_for(*policy, session, *host, query, spec.kind.recall_heads, res);
       }
     const std::size_t kv = policy->device_len();
     if (session.resident_tokens() != kv)
@@ -389,7 +389,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
       if (tiered) {  // the question arrives: bring back what its query wants before answering
         if constexpr (requires { session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query); }) {
           session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query);
-          recall_for(*policy, session, *host, query, res);
+          recall_for(*policy, session, *host, query, spec.kind.recall_heads, res);
         }
       }
       const bool alive = fact_on_device(p);

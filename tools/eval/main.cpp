@@ -271,8 +271,9 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
-    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>]: departures from the source
+    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean]: departures from the source
       std::string rest = name.substr(7);
+      const auto over_heads = ev::take_flag(rest, "-mean") ? md::head_bounds::mean : md::head_bounds::max;
       std::size_t displaceable = 0;
       if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
         const auto n = ev::small_count(*lowest, 999);
@@ -284,7 +285,7 @@ int run(options& o) {
         hysteresis = ev::hysteresis_suffix(*hyst, name);
       else if (!rest.empty())
         return std::nullopt;
-      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable);
+      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads);
       if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back
       return k;
     }

@@ -39,6 +39,8 @@ struct policy_kind {
   /// bound. `host.host_budget` is ignored: the harness sets it per episode from `host_fraction`.
   std::optional<md::host_tier_config> host;
   double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
+  /// How a recall combines a page's bounds over the query heads (the "-mean" variants: head_bounds::mean).
+  md::head_bounds recall_heads = md::head_bounds::max;
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -179,6 +181,13 @@ inline policy_kind unpinned_variant(const policy_kind& kind) {
   return k;
 }
 
+/// For "<rest><tag>": leaves <rest> in `text` and returns true; false, `text` unchanged, when it does not end so.
+inline bool take_flag(std::string& text, const std::string& tag) {
+  if (text.size() < tag.size() || text.compare(text.size() - tag.size(), tag.size(), tag) != 0) return false;
+  text.resize(text.size() - tag.size());
+  return true;
+}
+
 /// For "<rest><tag><value>": returns <value> and leaves <rest> in `text`; nullopt, `text` unchanged, without `tag`.
 inline std::optional<std::string> take_suffix(std::string& text, const std::string& tag) {
   const std::size_t at = text.find(tag);
@@ -211,14 +220,15 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 }
 
 /// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>" and then
-/// "-hyst<logits>", then "-lowest<pages>"): the
+/// "-hyst<logits>", then "-lowest<pages>", then "-mean"): the
 /// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
 /// being dropped, and come back when a query's Quest bound wants them (the harness asks after every step with its
 /// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the
 /// library's defaults: no region rule, every victim is worth the host; no hysteresis; a recalled page kept 4
 /// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis; "-lowest<pages>" lets
 /// a recall displace only the policy's that many lowest-scoring evictable pages (host_tier_config::displace_lowest:
-/// the policy decides what may leave, the query what returns).
+/// the policy decides what may leave, the query what returns); "-mean" ranks pages for recall by the mean of their
+/// bounds over the query heads instead of the best head's (head_bounds::mean).
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
   auto number = [&](const std::string& digits, std::size_t least, std::size_t most) {
@@ -230,6 +240,7 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
+  const bool mean = take_flag(size, "-mean");
   if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
   if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
@@ -246,8 +257,10 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   if (tier.displace_lowest > 0)
     kind.description += "; a recall displaces only the policy's " + std::to_string(tier.displace_lowest) +
                         " lowest-scoring pages";
+  if (mean) kind.description += "; recall by the mean of a page's bounds over the query heads";
   kind.host = tier;
   kind.host_fraction = fraction;
+  kind.recall_heads = mean ? md::head_bounds::mean : md::head_bounds::max;
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -261,9 +274,10 @@ inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 
 /// one selection for every layer and head (ArkVale selects per layer), pinned regions kept as for every policy.
 /// `hysteresis` > 0 (name "arkvale-hyst<logits>") and `displaceable` > 0 ("arkvale-lowest<pages>", after the
 /// hysteresis) depart from the source on purpose: they measure what the library's anti-thrash margin and the
-/// policy-chosen displacement save without a region prior.
+/// policy-chosen displacement save without a region prior; `over_heads` = mean ("arkvale-mean", last) ranks pages
+/// for recall by the mean of their bounds over the heads.
 inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0,
-                                std::size_t displaceable = 0) {
+                                std::size_t displaceable = 0, md::head_bounds over_heads = md::head_bounds::max) {
   namespace sp = memdecay_tools::source_params;
   const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
   if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
@@ -291,6 +305,11 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     k.description += " (a recall displaces only its " + std::to_string(displaceable) +
                      " lowest-scoring pages: not the source's)";
   }
+  if (over_heads == md::head_bounds::mean) {
+    k.name += "-mean";
+    k.description += " (recall by the mean of a page's bounds over the heads)";
+  }
+  k.recall_heads = over_heads;
   k.host_fraction = -1;
   return k;
 }

@@ -590,18 +590,29 @@ class basic_sequence {
   /// than the hysteresis, into free room under the budget's high watermark first, then by displacing that page;
   /// at most max_recall_pages promotions; with displace_lowest = k, only the k lowest-scoring evictable device pages
   /// may be displaced. Host pages without a digest are never recalled, device pages without one never displaced.
-  /// usage_error without a host tier or digests; input_error for a bad query.
+  /// A page's bound is its best query head's (head_bounds::max) or the mean over the heads (head_bounds::mean; a
+  /// NaN head bound then leaves the page unjudged). usage_error without a host tier or digests; input_error for a
+  /// bad query.
   [[nodiscard]] recall_plan select_recall(std::span<const float> query,
-                                          std::span<const std::size_t> caller_protected = {}) const {
+                                          std::span<const std::size_t> caller_protected = {},
+                                          head_bounds over_heads = head_bounds::max) const {
     check_tier("select_recall");
     check_digests("select_recall");
     const std::size_t heads = digests_->layout().effective_query_heads(), n = num_pages();
     std::vector<float> bounds(heads * n);
     digests_->bounds(query, std::span<float>(bounds));
-    std::vector<float> best(n, -std::numeric_limits<float>::infinity());
-    for (std::size_t j = 0; j < heads; ++j)
-      for (std::size_t p = 0; p < n; ++p) best[p] = std::max(best[p], bounds[j * n + p]);
-    return recall_for_bounds(best, caller_protected);
+    std::vector<float> page_bound(n);
+    if (over_heads == head_bounds::mean) {
+      std::vector<double> sum(n, 0.0);  // double: the mean of many heads' bounds keeps the float ones' ordering
+      for (std::size_t j = 0; j < heads; ++j)
+        for (std::size_t p = 0; p < n; ++p) sum[p] += bounds[j * n + p];
+      for (std::size_t p = 0; p < n; ++p) page_bound[p] = static_cast<float>(sum[p] / static_cast<double>(heads));
+    } else {
+      std::fill(page_bound.begin(), page_bound.end(), -std::numeric_limits<float>::infinity());
+      for (std::size_t j = 0; j < heads; ++j)
+        for (std::size_t p = 0; p < n; ++p) page_bound[p] = std::max(page_bound[p], bounds[j * n + p]);
+    }
+    return recall_for_bounds(page_bound, caller_protected);
   }
   /// select_recall from bounds the engine computed itself (Quest's kernel on the GPU, say): one per held page (the
   /// best query head's; host and device pages alike), no digests needed. With digests, pages without one are left

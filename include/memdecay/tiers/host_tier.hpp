@@ -110,6 +110,14 @@ struct host_tier_config {
   }
 };
 
+/// How select_recall combines a page's bounds over the query heads into the one number its decision ranks pages by
+/// (a recall moves a page for every head at once).
+enum class head_bounds : std::uint8_t {
+  max,   ///< the best head's bound: a page is as wanted as its most aligned head (Quest's per-head criterion)
+  mean,  ///< the mean over heads: every head's evidence counts (more recall for fewer bytes on the bundled models:
+         ///< docs/tiers.md, "Measured: the host tier")
+};
+
 /// A recall decision: host pages to bring back, device pages to make room for them. Indices are held pages (the
 /// sequence's page order, device and host), each list strictly ascending.
 struct recall_plan {
