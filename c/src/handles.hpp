@@ -88,6 +88,14 @@ T* require(T* p, const char* name) {
   return p;
 }
 
+/// The C++ rule for a memdecay_recall_heads value; MEMDECAY_INVALID_ARGUMENT naming `heads` for another value.
+inline md::head_bounds head_bounds_of(memdecay_recall_heads heads) {
+  if (heads == MEMDECAY_RECALL_BEST_HEAD) return md::head_bounds::max;
+  if (heads == MEMDECAY_RECALL_MEAN_OF_HEADS) return md::head_bounds::mean;
+  raise(MEMDECAY_INVALID_ARGUMENT, "heads = " + std::to_string(static_cast<int>(heads)) +
+                                       " (MEMDECAY_RECALL_BEST_HEAD or MEMDECAY_RECALL_MEAN_OF_HEADS)");
+}
+
 /// A C array of `count` elements (NULL only when count is 0).
 template <class T>
 std::span<const T> array_of(const T* p, std::size_t count, const char* name) {

@@ -159,9 +159,15 @@ memdecay_status memdecay_manager_host_pages(const memdecay_manager* manager, siz
 
 memdecay_status memdecay_manager_select_recall(const memdecay_manager* manager, uint64_t id, const float* query,
                                                size_t query_count, memdecay_recall_plan** out) {
+  return memdecay_manager_select_recall_over_heads(manager, id, query, query_count, MEMDECAY_RECALL_BEST_HEAD, out);
+}
+
+memdecay_status memdecay_manager_select_recall_over_heads(const memdecay_manager* manager, uint64_t id,
+                                                          const float* query, size_t query_count,
+                                                          memdecay_recall_heads heads, memdecay_recall_plan** out) {
   return on_manager(manager, [&](manager_handle& m) {
     require(out, "out");
-    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"), md::head_bounds::max)};
+    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"), head_bounds_of(heads))};
   });
 }
 

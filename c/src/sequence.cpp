@@ -399,10 +399,18 @@ memdecay_status memdecay_sequence_device_index(const memdecay_sequence* sequence
 memdecay_status memdecay_sequence_select_recall(const memdecay_sequence* sequence, const float* query,
                                                 size_t query_count, const size_t* protect, size_t num_protect,
                                                 memdecay_recall_plan** out) {
+  return memdecay_sequence_select_recall_over_heads(sequence, query, query_count, protect, num_protect,
+                                                    MEMDECAY_RECALL_BEST_HEAD, out);
+}
+
+memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequence* sequence, const float* query,
+                                                           size_t query_count, const size_t* protect,
+                                                           size_t num_protect, memdecay_recall_heads heads,
+                                                           memdecay_recall_plan** out) {
   return on_sequence(sequence, [&](sequence_handle& s) {
     require(out, "out");
     auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"),
-                                 md::head_bounds::max);
+                                head_bounds_of(heads));
     *out = new memdecay_recall_plan{std::move(plan)};
   });
 }

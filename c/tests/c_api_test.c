@@ -450,6 +450,15 @@ static void test_host_tier_displace_lowest(void) {
   CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
   if (rv.num_demote + rv.num_drop == 1) by_bound = rv.num_demote ? rv.demote[0] : rv.drop[0];
   memdecay_recall_plan_destroy(recall);
+  /* Ranking pages by the mean over the query heads (one head here: the same plan); a bad value names `heads`. */
+  CHECK_OK(memdecay_sequence_select_recall_over_heads(seq, query, 2, NULL, 0, MEMDECAY_RECALL_MEAN_OF_HEADS, &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
+  memdecay_recall_plan_destroy(recall);
+  recall = NULL;
+  CHECK_FAILS(memdecay_sequence_select_recall_over_heads(seq, query, 2, NULL, 0, (memdecay_recall_heads)7, &recall),
+              MEMDECAY_INVALID_ARGUMENT, "heads");
+  CHECK(recall == NULL);
   /* Rule 1: the evictor's lowest-scoring evictable page makes room, whatever its bound. */
   CHECK_OK(memdecay_sequence_enable_host_tier_displacing(seq, &tier, 1));
   CHECK_OK(memdecay_sequence_select(seq, 1, NULL, 0, &plan));
@@ -899,6 +908,12 @@ static void test_manager_host_tier(void) {
   CHECK_OK(memdecay_manager_get_info(mgr, &info));
   before = info.digest;
   CHECK_FAILS(memdecay_manager_select_recall(mgr, sid, bounds, 1, NULL), MEMDECAY_INVALID_ARGUMENT, "out");
+  {
+    memdecay_recall_plan* unused = NULL;
+    CHECK_FAILS(memdecay_manager_select_recall_over_heads(mgr, sid, bounds, 1, (memdecay_recall_heads)9, &unused),
+                MEMDECAY_INVALID_ARGUMENT, "heads");
+    CHECK(unused == NULL);
+  }
   CHECK_OK(memdecay_manager_commit_recall(mgr, sid, recall));
   CHECK_FAILS(memdecay_manager_commit_recall(mgr, sid, recall), MEMDECAY_USAGE_ERROR, "stale");
   CHECK_OK(memdecay_manager_get_info(mgr, &info));

@@ -433,6 +433,20 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_for_bounds(const 
                                                                           const float* bounds, size_t count,
                                                                           const size_t* protect, size_t num_protect,
                                                                           memdecay_recall_plan** out);
+/* How a recall ranks a page from its bounds over the query heads (head_bounds in C++): its best head's bound (the
+ * plain select_recall) or the mean over the heads (docs/tiers.md: more recall for fewer bytes on the bundled models,
+ * but not everywhere). */
+typedef enum memdecay_recall_heads {
+  MEMDECAY_RECALL_BEST_HEAD = 0,
+  MEMDECAY_RECALL_MEAN_OF_HEADS = 1,
+  MEMDECAY_RECALL_HEADS_MAX_ENUM = 0x7fffffff
+} memdecay_recall_heads;
+/* memdecay_sequence_select_recall with a page ranked by `heads`; MEMDECAY_INVALID_ARGUMENT for another value. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequence* sequence,
+                                                                          const float* query, size_t query_count,
+                                                                          const size_t* protect, size_t num_protect,
+                                                                          memdecay_recall_heads heads,
+                                                                          memdecay_recall_plan** out);
 /* Phase 2: promoted pages return to the device at their place, demoted ones go to host, dropped ones leave (the
  * engine has copied them and updated its table). MEMDECAY_USAGE_ERROR for a stale plan. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_commit_recall(memdecay_sequence* sequence,
@@ -555,6 +569,11 @@ MEMDECAY_C_API memdecay_status memdecay_manager_host_pages(const memdecay_manage
 MEMDECAY_C_API memdecay_status memdecay_manager_select_recall(const memdecay_manager* manager, uint64_t id,
                                                               const float* query, size_t query_count,
                                                               memdecay_recall_plan** out);
+/* memdecay_manager_select_recall with a page ranked by `heads` (memdecay_recall_heads). */
+MEMDECAY_C_API memdecay_status memdecay_manager_select_recall_over_heads(const memdecay_manager* manager, uint64_t id,
+                                                                         const float* query, size_t query_count,
+                                                                         memdecay_recall_heads heads,
+                                                                         memdecay_recall_plan** out);
 MEMDECAY_C_API memdecay_status memdecay_manager_select_recall_for_bounds(const memdecay_manager* manager, uint64_t id,
                                                                          const float* bounds, size_t count,
                                                                          memdecay_recall_plan** out);
