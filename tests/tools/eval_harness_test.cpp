@@ -714,13 +714,13 @@ TEST(EvalHostTier, ARecallDisplacesOnlyThePolicysLowestScoringPages) {
     if (status[p] == md::page_status::evictable && (lowest == seq.num_pages() || scores[p] < scores[lowest])) lowest = p;
   ASSERT_LT(lowest, seq.num_pages());
   erased->use_host_tier({.min_device_steps = 0, .displace_lowest = 1});
-  const auto one = erased->select_recall(query);
+  const auto one = erased->select_recall(query, md::head_bounds::max);
   std::vector<std::size_t> displaced = one.demote;
   displaced.insert(displaced.end(), one.drop.begin(), one.drop.end());
   ASSERT_EQ(displaced.size(), 1u);
   EXPECT_EQ(displaced[0], lowest);
   erased->use_host_tier({.min_device_steps = 0});
-  const auto library = erased->select_recall(query);  // no rule: every evictable page may go
+  const auto library = erased->select_recall(query, md::head_bounds::max);  // no rule: every evictable page may go
   EXPECT_EQ(library.promote, seq.select_recall(query).promote);
   EXPECT_GT(library.demote.size() + library.drop.size(), 1u);
 }

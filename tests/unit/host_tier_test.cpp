@@ -602,13 +602,21 @@ TEST(HostTierSnapshot, TheDisplaceLowestRuleRoundTripsAndAVersionThreeSnapshotLo
   EXPECT_EQ(old.digest(), seq.digest());
 }
 
-TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
+namespace {
+// A tiered sequence whose pages have two query heads' digests that rank the pages differently, half on the host.
+md::sequence two_head_tier() {
   auto seq = filled(4, 10);
   seq.enable_digests({.kv_heads = 1, .head_dim = 2, .query_heads = 2});
   for (std::size_t p = 0; p < seq.num_pages(); ++p)
     set_page_key(seq, p, std::sin(static_cast<float>(3 * p)), std::cos(static_cast<float>(5 * p)));
   seq.enable_host_tier({.hysteresis = 0.05});
   seq.commit(seq.select_for_budget());
+  return seq;
+}
+}  // namespace
+
+TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
+  auto seq = two_head_tier();
   const std::vector<float> q{1.0f, 0.2f, -0.3f, 0.9f};  // two query heads
   std::vector<float> per_head(2 * seq.num_pages()), best(seq.num_pages());
   seq.query_page_bounds(q, per_head);
@@ -628,12 +636,7 @@ TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
 // head_bounds::mean ranks pages by the mean of their query heads' bounds: the plan is the one the engine's own
 // per-page means give, and it differs from the best-head rule where one head alone favours a page.
 TEST(HostTier, RecallByTheMeanOverHeadsEqualsRecallFromTheMeanBounds) {
-  auto seq = filled(4, 10);
-  seq.enable_digests({.kv_heads = 1, .head_dim = 2, .query_heads = 2});
-  for (std::size_t p = 0; p < seq.num_pages(); ++p)
-    set_page_key(seq, p, std::sin(static_cast<float>(3 * p)), std::cos(static_cast<float>(5 * p)));
-  seq.enable_host_tier({.hysteresis = 0.05});
-  seq.commit(seq.select_for_budget());
+  auto seq = two_head_tier();
   const std::vector<float> q{1.0f, 0.2f, -0.3f, 0.9f};  // two query heads
   const std::size_t n = seq.num_pages();
   std::vector<float> per_head(2 * n), mean(n), best(n);
