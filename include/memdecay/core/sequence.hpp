@@ -974,12 +974,13 @@ class basic_sequence {
     plan.promote_bounds.reserve(promoted);
     for (std::size_t j = 0; j < promoted; ++j)
       plan.promote.push_back(host[j].second), plan.promote_bounds.push_back(host[j].first);
-    std::size_t worthy = 0;
-    for (std::size_t j = 0; j < displaced; ++j) worthy += worthy_of_host(device[j].second) ? 1 : 0;
-    plan.demote.reserve(worthy);
-    plan.drop.reserve(displaced - worthy);
-    for (std::size_t j = 0; j < displaced; ++j)
-      (worthy_of_host(device[j].second) ? plan.demote : plan.drop).push_back(device[j].second);
+    // The displaced pages worth the host first (the region rule asked once per page), then the rest.
+    const auto leaving = device.begin() + static_cast<std::ptrdiff_t>(displaced);
+    const auto unworthy = std::partition(device.begin(), leaving,
+                                         [this](const simd::bounded_page& d) { return worthy_of_host(d.second); });
+    plan.demote.reserve(static_cast<std::size_t>(unworthy - device.begin()));
+    plan.drop.reserve(static_cast<std::size_t>(leaving - unworthy));
+    for (auto d = device.begin(); d != leaving; ++d) (d < unworthy ? plan.demote : plan.drop).push_back(d->second);
     std::sort(plan.demote.begin(), plan.demote.end());
     std::sort(plan.drop.begin(), plan.drop.end());
     return plan;
