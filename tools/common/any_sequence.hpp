@@ -122,6 +122,17 @@ class any_sequence {
                                                             memdecay::head_bounds /*over_heads*/) const {
     throw std::logic_error("this policy has no host tier");
   }
+  /// The recall plan for bounds the caller computed itself, one per held page (sequence::select_recall_for_bounds):
+  /// how a clairvoyant recall (the evaluation's Belady ceiling) ranks pages without a query.
+  [[nodiscard]] virtual memdecay::recall_plan select_recall_for_bounds(std::span<const float> /*page_bounds*/) const {
+    throw std::logic_error("this policy has no host tier");
+  }
+  /// The original page (position / page size) of held page `page`, device or host.
+  [[nodiscard]] std::uint64_t origin_of_page(std::size_t page) const {
+    return position_of(page * page_size()) / page_size();
+  }
+  /// Held pages, device and host.
+  [[nodiscard]] std::size_t held_pages() const { return (kv_len() + page_size() - 1) / page_size(); }
   /// commit with the host store doing the demoted pages' copies (all or nothing).
   virtual void commit(const plan_type&, pool_type&, std::uint64_t, host_store_type&) {
     throw std::logic_error("this policy has no host tier");
@@ -245,6 +256,12 @@ class erased_sequence final : public any_sequence {
       return seq_.select_recall(query, {}, over_heads);
     else
       return any_sequence::select_recall(query, over_heads);
+  }
+  [[nodiscard]] memdecay::recall_plan select_recall_for_bounds(std::span<const float> page_bounds) const override {
+    if constexpr (has_digests)
+      return seq_.select_recall_for_bounds(page_bounds);
+    else
+      return any_sequence::select_recall_for_bounds(page_bounds);
   }
   void commit(const plan_type& plan, pool_type& table, std::uint64_t sequence, host_store_type& store) override {
     if constexpr (has_digests)

@@ -131,7 +131,8 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
       for (auto& layer : r.layer_mass) a.layers.push_back({.sparse = false, .positions = {}, .mass = std::move(layer)});
       trace->events.emplace_back(std::move(a));
     }
-    for (std::size_t k : sch.probes_after[i]) {
+    for (std::size_t j = 0; j < sch.probes_after[i].size(); ++j) {
+      const std::size_t k = sch.probes_after[i][j];
       const auto& p = ep.probes[k];
       const std::int32_t prompt[2] = {vocab.query, p.key};
       out.answers[k] = answered(session.answer(std::span<const std::int32_t>(prompt, 2), s.max_new), p.answer) ? 1 : 0;
@@ -223,10 +224,22 @@ void digest_pages(memdecay_tools::any_sequence& policy, const Session& session) 
 
 // Asks the host tier which pages `query` (every layer's heads stacked) wants back and commits the plan, the K/V
 // moving through the host pool.
+// `clairvoyant` (the Belady ceiling's need moments): the plan comes from the needs at moment `now` (oracle::moment)
+// instead of the query.
 template <class Session>
 void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_pool<Session>& pool,
-                std::span<const float> query, md::head_bounds over_heads, run_result& res) {
-  const auto plan = policy.select_recall(query, over_heads);
+                std::span<const float> query, md::head_bounds over_heads, run_result& res,
+                const std::vector<std::vector<std::size_t>>* clairvoyant = nullptr, std::size_t now = 0) {
+  md::recall_plan plan;
+  if (clairvoyant != nullptr) {
+    std::vector<float> bounds;
+    oracle::belady_bounds(
+        *clairvoyant, now, policy.held_pages(), [&](std::size_t j) { return policy.origin_of_page(j); },
+        [&](std::size_t j) { return policy.on_device(j); }, bounds);
+    plan = policy.select_recall_for_bounds(bounds);
+  } else {
+    plan = policy.select_recall(query, over_heads);
+  }
   if (plan.empty()) return;
   (void)policy.commit_recall(plan, session.table(), session.sequence(), pool.store());
   ++res.recalls;
@@ -257,7 +270,17 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   res.budget_tokens = budget;
   const md::config cfg = run_config(s, spec.page_size, budget);
   std::unique_ptr<memdecay_tools::any_sequence> policy;
-  if (spec.kind.oracle) {
+  std::shared_ptr<const std::vector<std::vector<std::size_t>>> need_moments;  // the Belady ceiling's clairvoyance
+  if (spec.kind.belady) {
+    std::vector<std::uint32_t> step_end;
+    for (const auto& st : sch.steps) step_end.push_back(st.end());
+    need_moments = std::make_shared<const std::vector<std::vector<std::size_t>>>(oracle::need_moments_by_page(
+        oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size, budget,
+                             cfg.effective_protection(spec.page_size, n), cfg.effective_regions()),
+        sch.probes_after));
+    using seq = md::policy_sequence<oracle::farthest_next_need>;
+    policy = memdecay_tools::erase(seq(cfg, {need_moments}));
+  } else if (spec.kind.oracle) {
     std::vector<std::uint32_t> step_end;
     for (const auto& st : sch.steps) step_end.push_back(st.end());
     const auto plan =
@@ -363,7 +386,8 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         query.resize(L * d);
         for (std::size_t l = 0; l < L; ++l)
           std::copy_n(r.layer_queries[l].data() + (st.count - 1) * d, d, query.data() + l * d);
-        recall_for(*policy, session, *host, query, spec.kind.recall_heads, res);
+        recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
+                   oracle::moment(i, 0));
       }
     const std::size_t kv = policy->device_len();
     if (session.resident_tokens() != kv)
@@ -383,13 +407,15 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
       else
         ++res.budget_violations;
     }
-    for (std::size_t k : sch.probes_after[i]) {
+    for (std::size_t j = 0; j < sch.probes_after[i].size(); ++j) {
+      const std::size_t k = sch.probes_after[i][j];
       const auto& p = ep.probes[k];
       const std::int32_t prompt[2] = {vocab.query, p.key};
       if (tiered) {  // the question arrives: bring back what its query wants before answering
         if constexpr (requires { session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query); }) {
           session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query);
-          recall_for(*policy, session, *host, query, spec.kind.recall_heads, res);
+          recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
+                     oracle::moment(i, 1 + j));
         }
       }
       const bool alive = fact_on_device(p);

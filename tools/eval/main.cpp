@@ -265,6 +265,7 @@ int run(options& o) {
   // Policies x page sizes.
   auto kinds = ev::all_policy_kinds(catalogue(o), settings.protection);
   kinds.push_back(ev::oracle_kind());
+  kinds.push_back(ev::belady_kind());
   kinds.push_back(ev::arkvale_kind(kinds));
   // A policy by name: a catalogue entry, memdecay-<mode>+<ablation or signal>, NAME-unpinned, NAME+host<percent>.
   std::function<std::optional<ev::policy_kind>(const std::string&)> named =
@@ -351,7 +352,7 @@ int run(options& o) {
   std::stable_sort(configs.begin(), configs.end(), [](const ev::config_spec& a, const ev::config_spec& b) {
     const bool am = a.kind.name.rfind("memdecay-", 0) == 0, bm = b.kind.name.rfind("memdecay-", 0) == 0;
     if (am != bm) return am;
-    if (a.kind.oracle != b.kind.oracle) return b.kind.oracle;
+    if (a.kind.is_ceiling() != b.kind.is_ceiling()) return b.kind.is_ceiling();
     return a.page_size > b.page_size;
   });
   if (!configs.empty()) settings.ceiling_page_size = configs.front().page_size;
@@ -630,7 +631,7 @@ int run(options& o) {
           double value = -1;
           for (std::size_t ci = 0; ci < configs.size(); ++ci) {
             const auto& c = configs[ci];
-            if (c.page_size != page || c.kind.oracle || (c.kind.name.rfind("memdecay-", 0) == 0) != memdecay) continue;
+            if (c.page_size != page || c.kind.is_ceiling() || (c.kind.name.rfind("memdecay-", 0) == 0) != memdecay) continue;
             const auto v =
                 ev::stats::bootstrap(pooled_strata(m, ci * o.budgets.size() + bi, false), nullptr, {.resamples = 0});
             if (v.estimate > value) value = v.estimate, pick = ci;
@@ -879,6 +880,8 @@ int main(int argc, char** argv) {
     if (o.list_policies) {
       auto kinds = ev::all_policy_kinds(catalogue(o));
       kinds.push_back(ev::oracle_kind());
+      kinds.push_back(ev::belady_kind());
+      kinds.push_back(ev::arkvale_kind(kinds));
       for (const auto& k : kinds) std::printf("%-20s %s\n", k.name.c_str(), k.description.c_str());
       return 0;
     }

@@ -394,6 +394,103 @@ class planned : public memdecay::policy_support::stateless_hooks<Float> {
 
 static_assert(memdecay::eviction_policy<planned<float>>);
 
+/// The order in which a run meets its needs, finer than steps: after step `step`, moment `sub` 0 is the step's own
+/// recall (the inline re-reads of the next step need their facts then) and moment 1 + j the j-th probe asked after
+/// that step (probes_after[step][j]), each with its own recall before the answer.
+inline constexpr std::size_t moments_per_step = 1024;
+[[nodiscard]] inline constexpr std::size_t moment(std::size_t step, std::size_t sub) noexcept {
+  return step * moments_per_step + sub;
+}
+
+/// Per original page, the distinct moments of the needs that touch it, ascending.
+inline std::vector<std::vector<std::size_t>> need_moments_by_page(
+    const problem& pr, const std::vector<std::vector<std::size_t>>& probes_after) {
+  std::vector<std::vector<std::size_t>> out(pr.pages());
+  for (const auto& nd : pr.needs) {
+    if (nd.length == 0 || out.empty()) continue;
+    std::size_t sub = 0;
+    if (nd.probe >= 0) {
+      const auto& asked = probes_after.at(nd.time);
+      const auto at = std::find(asked.begin(), asked.end(), static_cast<std::size_t>(nd.probe));
+      if (at == asked.end()) throw std::logic_error("oracle: a probe need that is not asked at its step");
+      sub = 1 + static_cast<std::size_t>(at - asked.begin());
+      if (sub >= moments_per_step) throw std::runtime_error("oracle: more than 1,023 probes after one step");
+    }
+    const std::size_t last = std::min<std::size_t>((nd.first + nd.length - 1) / pr.page_size, out.size() - 1);
+    for (std::size_t p = nd.first / pr.page_size; p <= last; ++p) out[p].push_back(moment(nd.time, sub));
+  }
+  for (auto& t : out) {
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+  }
+  return out;
+}
+
+/// The first need of original page `origin` at or after moment `now`, or solution::forever.
+inline std::size_t next_need(const std::vector<std::vector<std::size_t>>& moments, std::uint64_t origin,
+                             std::size_t now) noexcept {
+  if (origin >= moments.size()) return solution::forever;
+  const auto& t = moments[origin];
+  const auto it = std::lower_bound(t.begin(), t.end(), now);
+  return it == t.end() ? solution::forever : *it;
+}
+
+/// The host tier's ceiling: Belady's MIN. With a host tier eviction is no longer final (a demoted page can come
+/// back), and then MIN is optimal: demote the page whose next need is farthest (never-needed pages first), and
+/// bring a page back exactly when a need touches it (demand recall: belady_bounds). A page scores minus the moments
+/// to its next need, so the evictor, taking the lowest scores first, demotes the farthest. The evictor runs after
+/// advance_to(step + 1), at moment(step, 0).
+template <class Float = float>
+class farthest_next_need : public memdecay::policy_support::stateless_hooks<Float> {
+ public:
+  using float_type = Float;
+  struct params_type {
+    std::shared_ptr<const std::vector<std::vector<std::size_t>>> need_moments;  ///< need_moments_by_page
+  };
+  static constexpr std::string_view name = "belady";
+  /// The score of a page never needed again: below every page that is.
+  static constexpr Float never = Float(-1e30);
+
+  farthest_next_need(const params_type& params, const memdecay::config&, const memdecay::region_table&)
+      : moments_(params.need_moments) {}
+
+  void page_scores(const memdecay::sequence_view& view, std::span<Float> out) const noexcept {
+    const std::size_t now = moment(view.now == 0 ? 0 : static_cast<std::size_t>(view.now - 1), 0);
+    for (std::size_t p = 0; p < view.num_pages(); ++p) {
+      const std::size_t t = moments_ ? next_need(*moments_, view.page_origins[p], now) : solution::forever;
+      out[p] = t == solution::forever ? never : -static_cast<Float>(t - now);
+    }
+  }
+  [[nodiscard]] std::uint64_t digest() const noexcept {
+    memdecay::detail::fnv1a64 h;
+    if (moments_)
+      for (const auto& t : *moments_) h.add(static_cast<std::uint64_t>(t.size())).add(std::span<const std::size_t>(t));
+    return h.value();
+  }
+
+ private:
+  std::shared_ptr<const std::vector<std::vector<std::size_t>>> moments_;
+};
+
+static_assert(memdecay::eviction_policy<farthest_next_need<float>>);
+
+/// Demand recall for Belady's MIN at moment `now`: a host page needed now bounds 0 and every other host page far
+/// below any device page (never promoted); a device page bounds minus the moments to its next need
+/// (farthest_next_need's score), so a recall displaces the device page needed farthest away, and never one needed
+/// now (a tie is not a win). `origin_of(j)` is held page j's original page, `on_device(j)` its tier.
+template <class OriginOf, class OnDevice>
+void belady_bounds(const std::vector<std::vector<std::size_t>>& moments, std::size_t now, std::size_t held_pages,
+                   OriginOf&& origin_of, OnDevice&& on_device, std::vector<float>& out) {
+  out.resize(held_pages);
+  for (std::size_t j = 0; j < held_pages; ++j) {
+    const std::size_t t = next_need(moments, origin_of(j), now);
+    if (on_device(j))
+      out[j] = t == solution::forever ? farthest_next_need<float>::never : -static_cast<float>(t - now);
+    else
+      out[j] = t == now ? 0.0f : -3.0e38f;
+  }
+}
+
 }  // namespace memdecay_eval::oracle
 
 #endif  // MEMDECAY_TOOLS_EVAL_ORACLE_HPP

@@ -34,6 +34,7 @@ struct policy_kind {
   std::string description;
   std::function<std::unique_ptr<memdecay_tools::any_sequence>(const md::config&)> make;
   bool oracle = false;  ///< the clairvoyant evictor (oracle.hpp): built per episode from its needs, not by `make`
+  bool belady = false;  ///< the host tier's clairvoyant ceiling (oracle.hpp's farthest_next_need), per episode too
   bool observes_queries = false;  ///< on the attention-free signal: sees the step's queries, not its attention
   /// With a host tier (docs/tiers.md): the device budget's victims go to a host pool and come back on a query's
   /// bound. `host.host_budget` is ignored: the harness sets it per episode from `host_fraction`.
@@ -41,6 +42,9 @@ struct policy_kind {
   double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
   /// How a recall combines a page's bounds over the query heads (the "-mean" variants: head_bounds::mean).
   md::head_bounds recall_heads = md::head_bounds::max;
+
+  /// A clairvoyant ceiling (the oracle or the Belady host tier), not a policy an engine could run.
+  [[nodiscard]] bool is_ceiling() const noexcept { return oracle || belady; }
 };
 
 /// The oracle (oracle.hpp): the most needs any evictor can serve at the run's budget, protections and page size.
@@ -49,6 +53,20 @@ inline policy_kind oracle_kind() {
   k.name = "oracle";
   k.description = "clairvoyant: the exact optimum of the offline residency problem (0-1 program, GLPK), probes first";
   k.oracle = true;
+  return k;
+}
+
+/// The host tier's ceiling (oracle.hpp, farthest_next_need): Belady's MIN over an unlimited host pool. It knows
+/// every future need (probes and inline re-reads), demotes the device page needed farthest away and recalls a page
+/// exactly when a need touches it; no minimum stay, no hysteresis. With pages free to come back MIN serves every
+/// need whose pages fit the device budget beside the protected ones, with the fewest recalls.
+inline policy_kind belady_kind() {
+  policy_kind k;
+  k.name = "belady";
+  k.description = "clairvoyant host tier: Belady's MIN (demote the farthest next need, recall on need), unlimited host";
+  k.belady = true;
+  k.host = md::host_tier_config{.hysteresis = 0.0, .min_device_steps = 0};
+  k.host_fraction = -1;
   return k;
 }
 
@@ -230,7 +248,8 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 /// the policy decides what may leave, the query what returns); "-mean" ranks pages for recall by the mean of their
 /// bounds over the query heads instead of the best head's (head_bounds::mean).
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
-  if (kind.oracle || kind.host) throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
+  if (kind.oracle || kind.belady || kind.host)
+    throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
   auto number = [&](const std::string& digits, std::size_t least, std::size_t most) {
     const auto n = small_count(digits, most);
     if (!n || *n < least)
