@@ -92,8 +92,10 @@ T* require(T* p, const char* name) {
 inline md::head_bounds head_bounds_of(memdecay_recall_heads heads) {
   if (heads == MEMDECAY_RECALL_BEST_HEAD) return md::head_bounds::max;
   if (heads == MEMDECAY_RECALL_MEAN_OF_HEADS) return md::head_bounds::mean;
+  if (heads == MEMDECAY_RECALL_ESTIMATED_ATTENTION) return md::head_bounds::attention;
   raise(MEMDECAY_INVALID_ARGUMENT, "heads = " + std::to_string(static_cast<int>(heads)) +
-                                       " (MEMDECAY_RECALL_BEST_HEAD or MEMDECAY_RECALL_MEAN_OF_HEADS)");
+                                       " (MEMDECAY_RECALL_BEST_HEAD, MEMDECAY_RECALL_MEAN_OF_HEADS or "
+                                       "MEMDECAY_RECALL_ESTIMATED_ATTENTION)");
 }
 
 /// A C array of `count` elements (NULL only when count is 0).

@@ -455,6 +455,12 @@ static void test_host_tier_displace_lowest(void) {
   rv = memdecay_recall_plan_get(recall);
   CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
   memdecay_recall_plan_destroy(recall);
+  /* ... and by the estimated attention mass (one head: the softmax keeps the bound's order, the same plan). */
+  CHECK_OK(memdecay_sequence_select_recall_over_heads(seq, query, 2, NULL, 0, MEMDECAY_RECALL_ESTIMATED_ATTENTION,
+                                                      &recall));
+  rv = memdecay_recall_plan_get(recall);
+  CHECK(rv.num_promote == 1 && rv.promote[0] == host && rv.num_demote + rv.num_drop == 1);
+  memdecay_recall_plan_destroy(recall);
   recall = NULL;
   CHECK_FAILS(memdecay_sequence_select_recall_over_heads(seq, query, 2, NULL, 0, (memdecay_recall_heads)7, &recall),
               MEMDECAY_INVALID_ARGUMENT, "heads");

@@ -46,7 +46,8 @@ std::span<const float> values_of(const py::array_t<float>& a) { return {a.data()
 md::head_bounds head_bounds_of(const std::string& heads) {
   if (heads == "max") return md::head_bounds::max;
   if (heads == "mean") return md::head_bounds::mean;
-  raise_argument("heads", "'" + heads + "' (expected 'max' or 'mean')");
+  if (heads == "attention") return md::head_bounds::attention;
+  raise_argument("heads", "'" + heads + "' (expected 'max', 'mean' or 'attention')");
 }
 
 void bind_sequence(py::module_& m) {

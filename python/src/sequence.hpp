@@ -41,7 +41,8 @@ class kwargs_source final : public param_source {
 // otherwise; ValueError naming `name` for what NumPy cannot make floats of.
 py::array_t<float> float_values(const py::handle& obj, const char* name);
 std::span<const float> values_of(const py::array_t<float>& a);
-// How select_recall combines a page's bounds over the query heads, from its Python name ("max" or "mean"); ValueError
+// How select_recall combines a page's bounds over the query heads, from its Python name ("max", "mean" or
+// "attention"); ValueError
 // naming `heads` otherwise.
 md::head_bounds head_bounds_of(const std::string& heads);
 std::shared_ptr<sequence_handle> make_sequence(const std::string& policy, const md::config& cfg,

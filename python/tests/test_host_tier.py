@@ -74,6 +74,13 @@ def test_recall_by_the_mean_over_query_heads_follows_the_mean_bounds():
     by_mean = seq.select_recall(query, heads="mean")
     assert list(by_mean.promote) == list(seq.select_recall_for_bounds(per_head.mean(axis=0)).promote)
     assert list(seq.select_recall(query, heads="max").promote) == list(seq.select_recall(query).promote)
+    # heads="attention": the log of each page's mean over heads of the head's softmax over the (scaled) bounds.
+    weights = np.exp(per_head.astype(np.float64) - per_head.max(axis=1, keepdims=True))
+    mass = (weights / weights.sum(axis=1, keepdims=True)).mean(axis=0)
+    by_attention = seq.select_recall(query, heads="attention")
+    from_mass = seq.select_recall_for_bounds(np.log(mass).astype(np.float32))
+    assert list(by_attention.promote) == list(from_mass.promote)
+    assert list(by_attention.demote) + list(by_attention.drop) == list(from_mass.demote) + list(from_mass.drop)
     with pytest.raises(ValueError, match="heads"):
         seq.select_recall(query, heads="median")
 

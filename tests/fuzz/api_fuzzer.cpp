@@ -1277,9 +1277,14 @@ class harness {
     check_unchanged_if_rejected(got, before, "observe_query");
   }
 
-  /// select_recall(query) checked against the model, then committed (or not) by one of the paths.
+  /// select_recall(query, protected, head rule) checked against the model, then committed (or not) by one of the
+  /// paths. Bit 3 of `how` picks a head rule other than the best head's (bit 4 then: the estimated attention mass,
+  /// else the mean); the model ranks pages by the same combination of the per-head bounds, specified below.
   void op_recall(reader& in) {
     const std::uint8_t how = in.u8();
+    const memdecay::head_bounds rule = (how & 0x08) == 0   ? memdecay::head_bounds::max
+                                       : (how & 0x10) != 0 ? memdecay::head_bounds::attention
+                                                           : memdecay::head_bounds::mean;
     const auto query = make_query(in);
     const auto prot = protected_pages(in);
     const auto before = snap();
@@ -1288,16 +1293,14 @@ class harness {
                          : !query_fits(query)  ? outcome::input_error
                                                : outcome::ok;
     memdecay::recall_plan plan;
-    const outcome got = run_call([&] { plan = seq_.select_recall(query, prot); });
+    const outcome got = run_call([&] { plan = seq_.select_recall(query, prot, rule); });
     expect(got, want, "select_recall(" + std::to_string(query.size()) + ")");
     FUZZ_CHECK(snap() == before, "select_recall changed the state");
     if (got != outcome::ok) return;
     const std::size_t heads = seq_.digests().layout().effective_query_heads(), n = m_.num_pages();
     std::vector<float> bounds(heads * n);
     seq_.query_page_bounds(query, bounds);
-    std::vector<float> best(n, -std::numeric_limits<float>::infinity());
-    for (std::size_t j = 0; j < heads; ++j)
-      for (std::size_t p = 0; p < n; ++p) best[p] = std::max(best[p], bounds[j * n + p]);
+    const std::vector<float> best = combined_bounds(bounds, heads, n, rule);
     std::vector<bool> has_digest(n);
     for (std::size_t p = 0; p < n; ++p) has_digest[p] = seq_.digests().has_digest(p);
     compare_recall(plan, best, has_digest, prot, "select_recall");
@@ -1309,6 +1312,46 @@ class harness {
     if (path == recall_path::pool_store) ensure_store(in);
     const int fault = (how & 0x30) == 0 ? (how >> 6) : -1;
     if (path != recall_path::none) commit_recall(plan, path, "commit_recall(fresh)", fault);
+  }
+  /// A page's one number for the recall decision from its per-head bounds (head j of page p at j * n + p): the best
+  /// head's (a NaN head is passed over); the mean over heads in double; the log of the mean over heads of each
+  /// head's softmax over the pages (an unknown bound, +inf or NaN, taking the head's largest finite one). With the
+  /// last two a NaN head bound leaves the page NaN: unjudged.
+  static std::vector<float> combined_bounds(const std::vector<float>& bounds, std::size_t heads, std::size_t n,
+                                            memdecay::head_bounds rule) {
+    std::vector<float> out(n, -std::numeric_limits<float>::infinity());
+    if (rule == memdecay::head_bounds::max) {
+      for (std::size_t j = 0; j < heads; ++j)
+        for (std::size_t p = 0; p < n; ++p) out[p] = std::max(out[p], bounds[j * n + p]);
+      return out;
+    }
+    std::vector<double> acc(n, 0.0);
+    for (std::size_t j = 0; j < heads; ++j) {
+      const float* b = bounds.data() + j * n;
+      if (rule == memdecay::head_bounds::mean) {
+        for (std::size_t p = 0; p < n; ++p) acc[p] += b[p];
+        continue;
+      }
+      double top = -std::numeric_limits<double>::infinity();
+      for (std::size_t p = 0; p < n; ++p)
+        if (std::isfinite(b[p])) top = std::max(top, static_cast<double>(b[p]));
+      if (!std::isfinite(top)) top = 0;
+      std::vector<double> w(n);
+      double sum = 0;
+      for (std::size_t p = 0; p < n; ++p) {
+        const bool unknown = !std::isfinite(b[p]) && !(b[p] < 0);
+        w[p] = std::exp((unknown ? top : static_cast<double>(b[p])) - top);
+        sum += w[p];
+      }
+      for (std::size_t p = 0; p < n; ++p) acc[p] += sum > 0 ? w[p] / sum : 1.0 / static_cast<double>(n);
+    }
+    for (std::size_t p = 0; p < n; ++p) {
+      const double mean = acc[p] / static_cast<double>(heads);
+      out[p] = static_cast<float>(rule == memdecay::head_bounds::mean ? mean : std::log(mean));
+      for (std::size_t j = 0; j < heads; ++j)
+        if (std::isnan(bounds[j * n + p])) out[p] = std::numeric_limits<float>::quiet_NaN();
+    }
+    return out;
   }
   void remember_recall(const memdecay::recall_plan& plan) {
     older_recall_ = last_recall_;

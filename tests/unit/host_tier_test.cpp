@@ -661,6 +661,41 @@ TEST(HostTier, RecallByTheMeanOverHeadsEqualsRecallFromTheMeanBounds) {
   EXPECT_NE(order_mean, order_best);
 }
 
+// head_bounds::attention ranks pages by the log of their estimated attention mass (each head's softmax over the
+// pages' bounds, averaged over the heads: query_signal.hpp's bound_softmax): the plan is the one those log masses
+// give, and a head whose bounds are all alike weighs less than one that singles out a page.
+TEST(HostTier, RecallByEstimatedAttentionEqualsRecallFromTheLogMass) {
+  auto seq = two_head_tier();
+  const std::vector<float> q{1.0f, 0.2f, -0.3f, 0.9f};  // two query heads
+  const std::size_t n = seq.num_pages();
+  std::vector<float> per_head(2 * n), log_mass(n), best(n);
+  seq.query_page_bounds(q, per_head);
+  std::vector<double> mass(n);
+  md::estimate_page_attention<double>(per_head, 2, std::vector<std::uint32_t>(n, 1), md::query_signal::bound_softmax,
+                                      1.0, mass);
+  for (std::size_t p = 0; p < n; ++p) {
+    log_mass[p] = static_cast<float>(std::log(mass[p]));
+    best[p] = std::max(per_head[p], per_head[n + p]);
+  }
+  const auto by_attention = seq.select_recall(q, {}, md::head_bounds::attention);
+  const auto from_mass = seq.select_recall_for_bounds(log_mass);
+  EXPECT_FALSE(by_attention.empty());
+  EXPECT_EQ(by_attention.promote, from_mass.promote);
+  EXPECT_EQ(by_attention.promote_bounds, from_mass.promote_bounds);
+  EXPECT_EQ(by_attention.demote, from_mass.demote);
+  EXPECT_EQ(by_attention.drop, from_mass.drop);
+  for (float b : by_attention.promote_bounds) EXPECT_LE(b, 0.0f);  // log of a mass <= 1
+
+  // Two heads, four pages: head 0 bounds every page alike but page 0 by a little; head 1 singles out page 3. The
+  // best-head rule prefers page 0 (its bound is the largest anywhere); the attention mass prefers page 3.
+  const std::vector<float> bounds{10.0f, 9.9f, 9.9f, 9.9f, 0.0f, 0.0f, 0.0f, 6.0f};
+  std::vector<double> m(4);
+  md::estimate_page_attention<double>(bounds, 2, std::vector<std::uint32_t>(4, 1), md::query_signal::bound_softmax,
+                                      1.0, m);
+  EXPECT_GT(m[3], m[0]);
+  EXPECT_GT(std::max(bounds[0], bounds[4]), std::max(bounds[3], bounds[7]));
+}
+
 TEST(HostTier, ARecallWithTheDeviceTableInsertsThePromotedPagesAtTheirPlace) {
   auto seq = filled(6, 8);
   seq.enable_digests({.kv_heads = 1, .head_dim = 2});

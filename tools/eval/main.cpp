@@ -272,9 +272,9 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
-    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean]: departures from the source
+    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean|-att]: departures from the source
       std::string rest = name.substr(7);
-      const auto over_heads = ev::take_flag(rest, "-mean") ? md::head_bounds::mean : md::head_bounds::max;
+      const auto over_heads = ev::recall_heads_suffix(rest);
       std::size_t displaceable = 0;
       if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
         const auto n = ev::small_count(*lowest, 999);

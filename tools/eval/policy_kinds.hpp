@@ -206,6 +206,20 @@ inline bool take_flag(std::string& text, const std::string& tag) {
   return true;
 }
 
+/// The recall rule's suffix, taken off `text`: "-mean" (head_bounds::mean), "-att" (head_bounds::attention), or
+/// none (head_bounds::max).
+inline md::head_bounds recall_heads_suffix(std::string& text) {
+  if (take_flag(text, "-mean")) return md::head_bounds::mean;
+  if (take_flag(text, "-att")) return md::head_bounds::attention;
+  return md::head_bounds::max;
+}
+inline std::string recall_heads_description(md::head_bounds over_heads) {
+  if (over_heads == md::head_bounds::mean) return "; recall by the mean of a page's bounds over the query heads";
+  if (over_heads == md::head_bounds::attention)
+    return "; recall by a page's estimated attention mass (each head's softmax over the bounds, mean over heads)";
+  return "";
+}
+
 /// For "<rest><tag><value>": returns <value> and leaves <rest> in `text`; nullopt, `text` unchanged, without `tag`.
 inline std::optional<std::string> take_suffix(std::string& text, const std::string& tag) {
   const std::size_t at = text.find(tag);
@@ -259,7 +273,7 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
-  const bool mean = take_flag(size, "-mean");
+  const md::head_bounds over_heads = recall_heads_suffix(size);
   if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
   if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
@@ -276,10 +290,10 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   if (tier.displace_lowest > 0)
     kind.description += "; a recall displaces only the policy's " + std::to_string(tier.displace_lowest) +
                         " lowest-scoring pages";
-  if (mean) kind.description += "; recall by the mean of a page's bounds over the query heads";
+  kind.description += recall_heads_description(over_heads);
   kind.host = tier;
   kind.host_fraction = fraction;
-  kind.recall_heads = mean ? md::head_bounds::mean : md::head_bounds::max;
+  kind.recall_heads = over_heads;
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -327,6 +341,9 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
   if (over_heads == md::head_bounds::mean) {
     k.name += "-mean";
     k.description += " (recall by the mean of a page's bounds over the heads)";
+  } else if (over_heads == md::head_bounds::attention) {
+    k.name += "-att";
+    k.description += " (recall by a page's estimated attention mass over the heads)";
   }
   k.recall_heads = over_heads;
   k.host_fraction = -1;

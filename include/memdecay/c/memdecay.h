@@ -434,11 +434,13 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_for_bounds(const 
                                                                           const size_t* protect, size_t num_protect,
                                                                           memdecay_recall_plan** out);
 /* How a recall ranks a page from its bounds over the query heads (head_bounds in C++): its best head's bound (the
- * plain select_recall) or the mean over the heads (docs/tiers.md: more recall for fewer bytes on the bundled models,
- * but not everywhere). */
+ * plain select_recall), the mean over the heads (docs/tiers.md: more recall for fewer bytes on the bundled models,
+ * but not everywhere), or its estimated attention mass (each head's softmax over the pages' bounds, averaged over
+ * the heads; ranked in log units, so the tier's hysteresis is then in nats). */
 typedef enum memdecay_recall_heads {
   MEMDECAY_RECALL_BEST_HEAD = 0,
   MEMDECAY_RECALL_MEAN_OF_HEADS = 1,
+  MEMDECAY_RECALL_ESTIMATED_ATTENTION = 2,
   MEMDECAY_RECALL_HEADS_MAX_ENUM = 0x7fffffff
 } memdecay_recall_heads;
 /* memdecay_sequence_select_recall with a page ranked by `heads`; MEMDECAY_INVALID_ARGUMENT for another value. */

@@ -602,7 +602,17 @@ class basic_sequence {
     std::vector<float> bounds(heads * n);
     digests_->bounds(query, std::span<float>(bounds));
     std::vector<float> page_bound(n);
-    if (over_heads == head_bounds::mean) {
+    if (over_heads == head_bounds::attention) {
+      // The log of the page's estimated attention mass (query_signal.hpp's bound_softmax: each head's softmax over
+      // the held pages' bounds, averaged over the heads); a NaN head bound leaves the page unjudged.
+      std::vector<double> mass(n);
+      const std::vector<std::uint32_t> one_per_page(n, 1);
+      estimate_page_attention<double>(bounds, heads, one_per_page, query_signal::bound_softmax, 1.0, mass);
+      for (std::size_t p = 0; p < n; ++p) page_bound[p] = static_cast<float>(std::log(mass[p]));
+      for (std::size_t j = 0; j < heads; ++j)
+        for (std::size_t p = 0; p < n; ++p)
+          if (std::isnan(bounds[j * n + p])) page_bound[p] = std::numeric_limits<float>::quiet_NaN();
+    } else if (over_heads == head_bounds::mean) {
       std::vector<double> sum(n, 0.0);  // double: the mean of many heads' bounds keeps the float ones' ordering
       for (std::size_t j = 0; j < heads; ++j)
         for (std::size_t p = 0; p < n; ++p) sum[p] += bounds[j * n + p];

@@ -116,6 +116,10 @@ enum class head_bounds : std::uint8_t {
   max,   ///< the best head's bound: a page is as wanted as its most aligned head (Quest's per-head criterion)
   mean,  ///< the mean over heads: every head's evidence counts (more recall for fewer bytes on the bundled models:
          ///< docs/tiers.md, "Measured: the host tier")
+  /// the page's estimated attention mass, in log units: each head's softmax over the held pages' bounds, averaged
+  /// over the heads (the attention-free signal's bound_softmax, digests/query_signal.hpp), so a head whose bounds
+  /// single out one page counts more than a head that bounds every page alike; hysteresis is then in nats of mass
+  attention,
 };
 
 /// A recall decision: host pages to bring back, device pages to make room for them. Indices are held pages (the
