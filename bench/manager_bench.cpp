@@ -6,11 +6,17 @@
 //                                      inline executor, more a thread_pool of that size (the caller included).
 //   manager/observe_one/<T>            one sequence's advance_to + observe_tokens: the per-sequence cost the
 //                                      scaling model in docs/performance.md multiplies.
+//   manager/scorer/<kernel>/<S>x<T>    the step above on one thread with every sequence on one kernel: `expfree`
+//                                      (the default) or `polynomial` (chosen by the manager's scorer rule,
+//                                      manager_config::scorer, with a threshold below the batch): the measurement
+//                                      behind the rule's threshold (docs/performance.md).
 // Items are resident tokens per step.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <map>
+#include <string>
+#include <tuple>
 #include <memory>
 #include <random>
 #include <vector>
@@ -28,10 +34,11 @@ struct batch_world {
   std::vector<md::manager::observation> batch;
   md::step_t step = 0;
 
-  batch_world(std::size_t sequences, std::size_t tokens) {
+  batch_world(std::size_t sequences, std::size_t tokens, std::uint64_t polynomial_above = 0) {
     const std::size_t pages = sequences * tokens / 16;
-    mgr = std::make_unique<md::manager>(
-        md::manager_config{.page_size = 16, .global = md::global_budget::pages(pages - 32)});
+    mgr = std::make_unique<md::manager>(md::manager_config{.page_size = 16,
+                                                           .global = md::global_budget::pages(pages - 32),
+                                                           .scorer = {.polynomial_above_tokens = polynomial_above}});
     std::mt19937_64 rng(42);
     for (std::uint64_t id = 0; id < sequences; ++id) {
       auto& s = mgr->open(id, md::config{.page_size = 16, .normalization = md::attention_normalization::uniform});
@@ -46,10 +53,10 @@ struct batch_world {
   }
 };
 
-batch_world& world_of(std::size_t sequences, std::size_t tokens) {
-  static std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<batch_world>> built;
-  auto& w = built[{sequences, tokens}];
-  if (!w) w = std::make_unique<batch_world>(sequences, tokens);
+batch_world& world_of(std::size_t sequences, std::size_t tokens, std::uint64_t polynomial_above = 0) {
+  static std::map<std::tuple<std::size_t, std::size_t, std::uint64_t>, std::unique_ptr<batch_world>> built;
+  auto& w = built[{sequences, tokens, polynomial_above}];
+  if (!w) w = std::make_unique<batch_world>(sequences, tokens, polynomial_above);
   return *w;
 }
 
@@ -76,6 +83,15 @@ void step(benchmark::State& st, std::size_t sequences, std::size_t tokens) {
   }
 }
 
+// One thread, every sequence on the exp-free kernel (the rule off) or on the polynomial one (the rule on, its
+// threshold one token: the first advance_to switches them).
+void scorer_step(benchmark::State& st, bool polynomial, std::size_t sequences, std::size_t tokens) {
+  auto& w = world_of(sequences, tokens, polynomial ? 1 : 0);
+  md::inline_executor exec;
+  step_loop(st, w, exec, sequences * tokens);
+  if (w.mgr->at(0).expfree_scores() == polynomial) st.SkipWithError("the sequences are not on the kernel asked for");
+}
+
 void observe_one(benchmark::State& st) {
   const auto tokens = static_cast<std::size_t>(st.range(0));
   auto& w = world_of(1, tokens);
@@ -97,6 +113,14 @@ const int registered = [] {
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
+  for (bool polynomial : {false, true})
+    for (auto [s, t] : {std::pair<std::size_t, std::size_t>{64, 2048}, {64, 16384}, {64, 131072}}) {
+      const std::string name = std::string("manager/scorer/") + (polynomial ? "polynomial/" : "expfree/") +
+                               std::to_string(s) + "x" + std::to_string(t);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { scorer_step(st, polynomial, s, t); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   benchmark::RegisterBenchmark("manager/observe_one", observe_one)->Arg(4096)->Arg(16384)->Unit(benchmark::kMicrosecond);
   return 0;
 }();

@@ -58,9 +58,18 @@ memdecay_status memdecay_manager_create(const char* policy, size_t page_size, si
 
 memdecay_status memdecay_manager_create_with_host_pool(const char* policy, size_t page_size, size_t global_high,
                                                        size_t global_low, size_t host_pool, memdecay_manager** out) {
+  return memdecay_manager_create_with_scorer_rule(policy, page_size, global_high, global_low, host_pool, 0, 0.75, out);
+}
+
+memdecay_status memdecay_manager_create_with_scorer_rule(const char* policy, size_t page_size, size_t global_high,
+                                                         size_t global_low, size_t host_pool,
+                                                         uint64_t polynomial_above_tokens, double back_below,
+                                                         memdecay_manager** out) {
   return guarded(nullptr, [&] {
     require(out, "out");
-    md::manager_config cfg{.page_size = page_size, .host_pool = host_pool};
+    md::manager_config cfg{.page_size = page_size,
+                           .host_pool = host_pool,
+                           .scorer = {.polynomial_above_tokens = polynomial_above_tokens, .back_below = back_below}};
     if (global_high) cfg.global = md::global_budget::pages(global_high, global_low);
     cfg.global.validate();
     auto handle = memdecay_bindings::with_policy(require(policy, "policy"),

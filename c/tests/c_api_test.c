@@ -5,6 +5,7 @@
  * manager. Run as `memdecay_c_test <source dir>` (for the calibration file in tests/).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -930,6 +931,33 @@ static void test_manager_host_tier(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* The scorer rule: a bad gap is a config error naming the field; a manager with the rule runs steps as any. */
+static void test_manager_scorer_rule(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_manager* mgr = NULL;
+  memdecay_sequence* s = NULL;
+  memdecay_global_plan* plan = NULL;
+  float mass[300];
+  size_t i;
+  for (i = 0; i < 300; ++i) mass[i] = (float)(i % 7) / 2100.0f;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_FAILS(memdecay_manager_create_with_scorer_rule("memdecay", 16, 0, 0, SIZE_MAX, 100, 0.0, &mgr),
+              MEMDECAY_CONFIG_ERROR, "scorer.back_below");
+  CHECK_FAILS(memdecay_manager_create_with_scorer_rule("memdecay", 16, 0, 0, SIZE_MAX, 100, 1.5, &mgr),
+              MEMDECAY_CONFIG_ERROR, "scorer.back_below");
+  CHECK(mgr == NULL);
+  CHECK_OK(memdecay_manager_create_with_scorer_rule("memdecay", 16, 16, 12, SIZE_MAX, 100, 0.5, &mgr));
+  CHECK_OK(memdecay_manager_open(mgr, 1, cfg, NULL, &s));
+  CHECK_OK(memdecay_sequence_append(s, MEMDECAY_REGION_USER, 300)); /* past 100 tokens: the polynomial kernel */
+  CHECK_OK(memdecay_manager_advance_to(mgr, 1));
+  CHECK_OK(memdecay_sequence_observe_tokens(s, mass, 300, NULL));
+  CHECK_OK(memdecay_manager_select_global(mgr, 0, &plan));
+  CHECK(memdecay_global_plan_get(plan).num_victims > 0);
+  memdecay_global_plan_destroy(plan);
+  memdecay_manager_destroy(mgr);
+  memdecay_config_destroy(cfg);
+}
+
 static void test_manager_snapshots(void) {
   memdecay_config* cfg = NULL;
   memdecay_manager *mgr = NULL, *back = NULL;
@@ -1029,6 +1057,7 @@ int main(int argc, char** argv) {
   test_tables();
   test_manager();
   test_manager_host_tier();
+  test_manager_scorer_rule();
   test_manager_snapshots();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);

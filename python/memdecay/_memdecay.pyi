@@ -278,7 +278,8 @@ IdMap = Union[str, Mapping[int, int], Callable[[int], int]]
 
 class Manager:
     def __init__(self, policy: str = "memdecay", *, page_size: int = 16, global_high: Optional[int] = None,
-                 global_low: Optional[int] = None, host_pool: Optional[int] = None) -> None: ...
+                 global_low: Optional[int] = None, host_pool: Optional[int] = None,
+                 polynomial_above_tokens: int = 0, scorer_back_below: float = 0.75) -> None: ...
     policy: str
     now: int
     resident_pages: int

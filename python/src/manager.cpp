@@ -62,16 +62,20 @@ void bind_manager(py::module_& m) {
                                      "sequence's Config), a global budget in physical pages, fork, per-step "
                                      "protections, and a deterministic global selection.")
       .def(py::init([](const std::string& policy, std::size_t page_size, std::optional<std::size_t> global_high,
-                       std::optional<std::size_t> global_low, std::optional<std::size_t> host_pool) {
+                       std::optional<std::size_t> global_low, std::optional<std::size_t> host_pool,
+                       std::uint64_t polynomial_above_tokens, double scorer_back_below) {
              md::manager_config cfg{.page_size = page_size};
              if (global_high) cfg.global = md::global_budget::pages(*global_high, global_low);
              if (host_pool) cfg.host_pool = *host_pool;
+             cfg.scorer = {.polynomial_above_tokens = polynomial_above_tokens, .back_below = scorer_back_below};
              cfg.global.validate();
+             cfg.scorer.validate();
              return with_policy(
                  policy, [&]<template <class> class P>() -> handle { return std::make_shared<manager_impl<P>>(cfg); });
            }),
            py::arg("policy") = "memdecay", py::kw_only(), py::arg("page_size") = 16,
-           py::arg("global_high") = py::none(), py::arg("global_low") = py::none(), py::arg("host_pool") = py::none())
+           py::arg("global_high") = py::none(), py::arg("global_low") = py::none(), py::arg("host_pool") = py::none(),
+           py::arg("polynomial_above_tokens") = 0, py::arg("scorer_back_below") = 0.75)
       .def_property_readonly("policy", &manager_handle::policy)
       .def_property_readonly("now", &manager_handle::now)
       .def(

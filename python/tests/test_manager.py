@@ -211,3 +211,18 @@ def test_a_batch_of_attention_rows_is_observe_rows_per_sequence():
     with pytest.raises(md.InputError, match=f"sequence {sid}: attention rows"):
         a.observe_batch(bad, threads=2)
     assert a.digest() == before
+
+
+def test_the_scorer_rule_is_checked_and_switches_the_batch():
+    with pytest.raises(md.ConfigError, match="scorer.back_below"):
+        md.Manager(polynomial_above_tokens=100, scorer_back_below=0.0)
+    ruled, plain = md.Manager(polynomial_above_tokens=100, scorer_back_below=0.5), md.Manager()
+    mass = np.full(300, 1.0 / 300, np.float32)
+    for mgr in (ruled, plain):
+        s = mgr.open(1, md.Config(page_size=P))
+        s.append("user", 300)
+        mgr.advance_to(1)  # past 100 tokens: the rule puts the batch on the polynomial kernel
+        s.observe_tokens(mass)
+    assert ruled.digest() != plain.digest()
+    scores, reference = ruled.at(1).page_scores(), plain.at(1).page_scores()
+    assert np.allclose(scores, reference, rtol=1e-5, atol=1e-6), "the two kernels agree within the tolerance"

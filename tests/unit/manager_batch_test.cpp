@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
+#include <tuple>
 #include <string>
 #include <limits>
 #include <random>
@@ -17,6 +18,7 @@
 #include <memdecay/core/attention_rows.hpp>
 #include <memdecay/core/executor.hpp>
 #include <memdecay/core/manager.hpp>
+#include <memdecay/io/manager_snapshot.hpp>
 
 namespace md = memdecay;
 
@@ -204,4 +206,120 @@ TEST(RunAll, RethrowsTheLowestTasksErrorAfterEveryTaskRan) {
     EXPECT_STREQ(e.what(), "task 17");
   }
   for (auto& r : ran) EXPECT_EQ(r.load(), 1);
+}
+
+// --- the scorer rule (manager_config::scorer) -------------------------------------------------------------------
+
+namespace {
+
+md::manager_config scorer_rule_config(std::uint64_t above, double back_below) {
+  return {.page_size = 16, .scorer = {.polynomial_above_tokens = above, .back_below = back_below}};
+}
+md::config uniform_config() { return {.page_size = 16, .normalization = md::attention_normalization::uniform}; }
+std::vector<bool> kernels(const md::manager& mgr) {
+  std::vector<bool> out;
+  for (std::uint64_t id : mgr.ids()) out.push_back(mgr.at(id).expfree_scores());
+  return out;
+}
+
+}  // namespace
+
+// Above the threshold every MemDecay sequence scores with the polynomial kernel, back below back_below of it with
+// the exp-free one; in the gap the batch keeps its kernel, and a sequence opened then follows the others.
+TEST(ManagerScorerRule, SwitchesEverySequenceAtTheThresholdAndBackBelowTheGap) {
+  md::manager mgr(scorer_rule_config(1000, 0.5));
+  mgr.open(1, uniform_config()).append(md::regions::user, 400);
+  mgr.open(2, uniform_config()).append(md::regions::tool_out, 400);
+  mgr.advance_to(1);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{true, true}));  // 800 tokens
+  mgr.at(1).append(md::regions::user, 300);
+  mgr.advance_to(2);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{false, false}));  // 1,100 > 1,000
+  mgr.open(3, uniform_config()).append(md::regions::scratchpad, 100);
+  EXPECT_FALSE(mgr.at(3).expfree_scores()) << "a sequence opened meanwhile follows the batch";
+  mgr.close(1);  // 500 tokens: not below 500
+  mgr.advance_to(3);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{false, false}));
+  mgr.close(3);  // 400 < 500
+  md::thread_pool pool(2);
+  mgr.advance_to(4, pool);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{true}));
+  mgr.open(4, uniform_config()).append(md::regions::user, 16);
+  EXPECT_TRUE(mgr.at(4).expfree_scores());
+  // Rule off (the default): the manager never touches a sequence's own choice.
+  md::manager plain({.page_size = 16});
+  plain.open(1, uniform_config()).append(md::regions::user, 5000);
+  plain.at(1).use_expfree_scores(false);
+  plain.open(2, uniform_config()).append(md::regions::user, 16);
+  plain.advance_to(1);
+  EXPECT_EQ(kernels(plain), (std::vector<bool>{false, true}));
+}
+
+TEST(ManagerScorerRule, RejectsAGapOutsideZeroToOneAndEntersTheDigest) {
+  for (double bad : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      md::manager mgr(scorer_rule_config(1000, bad));
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const md::config_error& e) {
+      EXPECT_NE(std::string(e.what()).find("scorer.back_below"), std::string::npos) << e.what();
+    }
+  }
+  md::manager a(scorer_rule_config(1000, 0.5)), b({.page_size = 16});
+  EXPECT_NE(a.digest(), b.digest());
+  a.open(1, uniform_config()).append(md::regions::user, 2000);
+  const auto before = a.digest();
+  a.advance_to(0);  // the same step: the rule switches the kernel, which the digest sees
+  EXPECT_FALSE(a.at(1).expfree_scores());
+  EXPECT_NE(a.digest(), before);
+}
+
+// The rule reads only token counts: the same kernels and victims for every thread count, and a manager restored
+// from a snapshot (which saves each sequence's kernel) is the saved one, on the saved kernel.
+TEST(ManagerScorerRule, SameVictimsForEveryThreadCountAndAcrossASnapshot) {
+  const md::manager_config cfg{.page_size = 16,
+                               .global = md::global_budget::pages(150, 140),
+                               .scorer = {.polynomial_above_tokens = 1500, .back_below = 0.75}};
+  md::manager restored(cfg);
+  std::uint64_t digest_at_copy = 0;
+  auto run = [&](std::size_t threads, bool copy) {
+    md::manager mgr(cfg);
+    std::mt19937_64 rng(7);
+    md::thread_pool pool(threads);
+    std::vector<std::uint64_t> digests;
+    std::vector<bool> polynomial;
+    for (md::step_t step = 1; step <= 8; ++step) {
+      for (std::uint64_t id = 0; id < 6; ++id) {
+        if (!mgr.contains(id)) mgr.open(id, uniform_config()).append(md::regions::system, 16);
+        mgr.at(id).append(static_cast<md::region_id>(1 + rng() % 6), 20 + rng() % 60);
+      }
+      mgr.advance_to(step, pool);
+      polynomial.push_back(!mgr.at(0).expfree_scores());
+      std::vector<std::vector<float>> masses;
+      for (std::uint64_t id : mgr.ids()) {
+        std::vector<float> m(mgr.at(id).device_len());
+        for (auto& x : m) x = static_cast<float>(rng() % 1000) / 1000.0f / static_cast<float>(m.size());
+        masses.push_back(std::move(m));
+      }
+      std::vector<md::manager::observation> batch;
+      std::size_t k = 0;
+      for (std::uint64_t id : mgr.ids()) batch.push_back({id, masses[k++]});
+      mgr.observe_batch(std::span<const md::manager::observation>(batch), pool);
+      const auto plan = mgr.select_global(0, pool);
+      digests.push_back(plan.digest());
+      mgr.commit(plan);
+      if (copy && step == 6) {
+        md::snapshot::load(restored, md::snapshot::save(mgr), uniform_config());
+        digest_at_copy = mgr.digest();
+      }
+    }
+    return std::make_tuple(digests, polynomial, mgr.digest());
+  };
+  const auto one = run(1, true);
+  EXPECT_EQ(run(2, false), one);
+  EXPECT_EQ(run(3, false), one);
+  const auto& polynomial = std::get<1>(one);
+  EXPECT_FALSE(polynomial.front()) << "the first step's batch is small";
+  EXPECT_TRUE(polynomial.back()) << "the global budget keeps the batch above 1,500 tokens at the end";
+  EXPECT_EQ(restored.digest(), digest_at_copy);
+  for (std::uint64_t id : restored.ids()) EXPECT_FALSE(restored.at(id).expfree_scores()) << id;
 }

@@ -528,6 +528,15 @@ MEMDECAY_C_API memdecay_status memdecay_manager_create(const char* policy, size_
 MEMDECAY_C_API memdecay_status memdecay_manager_create_with_host_pool(const char* policy, size_t page_size,
                                                                       size_t global_high, size_t global_low,
                                                                       size_t host_pool, memdecay_manager** out);
+/* memdecay_manager_create_with_host_pool (host_pool SIZE_MAX: unlimited) with the scorer rule (manager_config::scorer,
+ * docs/performance.md): at an advance where the resident tokens of all sequences exceed polynomial_above_tokens, every
+ * MemDecay sequence scores with the polynomial kernel, and back with the exp-free one below back_below x that (0 <
+ * back_below <= 1; MEMDECAY_CONFIG_ERROR naming scorer.back_below otherwise); polynomial_above_tokens 0: never. */
+MEMDECAY_C_API memdecay_status memdecay_manager_create_with_scorer_rule(const char* policy, size_t page_size,
+                                                                        size_t global_high, size_t global_low,
+                                                                        size_t host_pool,
+                                                                        uint64_t polynomial_above_tokens,
+                                                                        double back_below, memdecay_manager** out);
 MEMDECAY_C_API void memdecay_manager_destroy(memdecay_manager* manager);
 MEMDECAY_C_API const char* memdecay_manager_last_error(const memdecay_manager* manager);
 /*

@@ -113,8 +113,31 @@ struct global_budget {
   }
 };
 
+/// Which scoring kernel the manager's MemDecay sequences run, chosen from the batch's resident tokens
+/// (docs/performance.md, "The scorer by the batch's size"). The exp-free kernel moves 25 bytes a token and needs no
+/// exponential; the polynomial one moves 21 and computes one. While the batch's state sits in the caches the
+/// exp-free pass is the faster one; once it streams from memory, on CPUs whose vector units make the exponential
+/// cheap (measured: AVX-512), the polynomial pass is. The rule reads only resident token counts, so every rank of a
+/// tensor-parallel group makes the same choice at the same step; the two kernels agree to within the scorer's
+/// tolerance (docs/simd.md), not bit for bit, so ranks must share the rule's settings.
+struct scorer_rule {
+  /// Switch every sequence to the polynomial kernel at an advance_to where the resident tokens of all sequences
+  /// exceed this; 0: never (each sequence keeps the kernel its parameters and use_expfree_scores chose).
+  std::uint64_t polynomial_above_tokens = 0;
+  /// Switch back to the exp-free kernel once the resident tokens fall below this fraction of the threshold (a gap,
+  /// so that a batch near the threshold does not switch back and forth: a switch to exp-free costs an exp per token).
+  double back_below = 0.75;
+
+  [[nodiscard]] bool active() const noexcept { return polynomial_above_tokens != 0; }
+  /// config_error naming the field.
+  void validate() const {
+    if (!(back_below > 0.0 && back_below <= 1.0))
+      detail::raise_config("scorer.back_below = " + detail::to_text(back_below) + " (must be in (0, 1])");
+  }
+};
+
 /// The configuration of a manager: the page size every sequence must use (the pool's block size), the global
-/// budget (device blocks) and the host pool.
+/// budget (device blocks), the host pool and the scorer rule.
 struct manager_config {
   std::size_t page_size = 16;
   global_budget global{};
@@ -122,6 +145,7 @@ struct manager_config {
   /// host_budget). A selection that would demote beyond it drops the lowest-scoring pages of the pool instead, in
   /// the global order; every commit keeps the pool within it.
   std::size_t host_pool = std::numeric_limits<std::size_t>::max();
+  scorer_rule scorer{};
 };
 
 /// Why a page was selected.
@@ -206,6 +230,7 @@ class basic_manager {
       detail::raise_config("manager page_size = " + detail::to_text(cfg.page_size) +
                            " but the sequences are compiled for " + detail::to_text(Sequence::static_page_size));
     cfg.global.validate();
+    cfg.scorer.validate();
   }
 
   [[nodiscard]] const manager_config& get_config() const noexcept { return config_; }
@@ -320,6 +345,7 @@ class basic_manager {
   /// input_error, changing nothing, if the manager or any sequence is already past `step`.
   void advance_to(step_t step) {
     check_clock(step);
+    apply_scorer_rule(inline_executor{});
     now_ = step;
     for (auto& [id, e] : entries_) {
       e.seq->advance_to(step);
@@ -331,6 +357,7 @@ class basic_manager {
   template <executor Exec>
   void advance_to(step_t step, Exec&& exec) {
     check_clock(step);
+    apply_scorer_rule(exec);
     now_ = step;
     const auto all = entry_list();
     detail::run_all(exec, all.size(), [&](std::size_t i) {
@@ -825,6 +852,8 @@ class basic_manager {
     detail::fnv1a64 h;
     h.add(static_cast<std::uint64_t>(config_.page_size)).add(config_.global.high).add(config_.global.low).add(now_);
     h.add(static_cast<std::uint64_t>(config_.host_pool));
+    if (config_.scorer.active())  // older digests stay as they were
+      h.add(config_.scorer.polynomial_above_tokens).add(config_.scorer.back_below).add(scorer_is_polynomial());
     for (const auto& [id, e] : entries_) {
       h.add(static_cast<std::uint64_t>(id)).add(e.seq->digest());
       h.add(e.seq->config_digest());
@@ -939,8 +968,61 @@ class basic_manager {
     return it;
   }
   sequence_type& adopt(SequenceId id, std::unique_ptr<sequence_type> seq) {
+    if constexpr (has_scorer_choice) {
+      if (config_.scorer.active() && scorer_is_polynomial() && seq->expfree_scores()) seq->use_expfree_scores(false);
+    }
     seq->mark_.owned = true;
     return *entries_.emplace(id, entry{std::move(seq), {}, {}, ++openings_}).first->second.seq;
+  }
+
+  // --- the scorer rule (scorer_rule) ----------------------------------------------------------------------------
+  static constexpr bool has_scorer_choice = requires(sequence_type& s) {
+    s.use_expfree_scores(false);
+    s.expfree_available();
+  };
+  // The batch runs the polynomial kernel when a sequence that could run the exp-free one does not (the rule keeps
+  // every sequence on one kernel; a sequence opened meanwhile follows the others). Read from the sequences, so a
+  // manager restored from a snapshot (which saves each sequence's kernel) continues where the saved one was.
+  [[nodiscard]] bool scorer_is_polynomial() const noexcept {
+    if constexpr (has_scorer_choice) {
+      for (const auto& [id, e] : entries_)
+        if (e.seq->expfree_available() && !e.seq->expfree_scores()) return true;
+    }
+    return false;
+  }
+  // Before the clocks move: the threshold is crossed upwards -> every sequence to the polynomial kernel (frees the
+  // weights, cannot fail); below back_below of it -> every sequence to the exp-free kernel (allocates its weights;
+  // all or nothing: a failure switches the ones already switched back, and advance_to then changes nothing).
+  template <class Exec>
+  void apply_scorer_rule(Exec&& exec) {
+    if constexpr (has_scorer_choice) {
+      const auto& rule = config_.scorer;
+      if (!rule.active() || entries_.empty()) return;
+      std::uint64_t tokens = 0;
+      for (const auto& [id, e] : entries_) tokens += e.seq->device_len();
+      const bool polynomial = scorer_is_polynomial();
+      const auto low = static_cast<std::uint64_t>(static_cast<double>(rule.polynomial_above_tokens) * rule.back_below);
+      if (!polynomial && tokens > rule.polynomial_above_tokens) {
+        for (auto& [id, e] : entries_)
+          if (e.seq->expfree_scores()) e.seq->use_expfree_scores(false);
+      } else if (polynomial && tokens < low) {
+        const auto all = entry_list();
+        std::vector<std::uint8_t> switched(all.size(), 0);
+        detail::or_undo(
+            [&] {
+              detail::run_all(exec, all.size(), [&](std::size_t i) {
+                auto& s = *all[i]->seq;
+                if (s.expfree_available() && !s.expfree_scores()) switched[i] = s.use_expfree_scores(true) ? 1 : 0;
+              });
+            },
+            [&] {
+              for (std::size_t i = 0; i < all.size(); ++i)
+                if (switched[i]) all[i]->seq->use_expfree_scores(false);
+            });
+      }
+    } else {
+      (void)exec;
+    }
   }
 
   template <class Table, class IdMap>

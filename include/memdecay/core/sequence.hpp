@@ -514,6 +514,11 @@ class basic_sequence {
   }
   [[nodiscard]] bool expfree_scores() const noexcept requires requires(const policy_type& p) { p.expfree_scores(); }
   { return policy_.expfree_scores(); }
+  /// Whether use_expfree_scores(true) would take the exp-free kernel (the region table is in its domain).
+  [[nodiscard]] bool expfree_available() const noexcept requires requires(const policy_type& p) {
+    p.expfree_available();
+  }
+  { return policy_.expfree_available(); }
 
   // --- selection (phase 1: changes nothing) --------------------------------------------------------------------
   /// The `k` lowest-scoring evictable pages (fewer if fewer are evictable); never pinned, protected, partial or

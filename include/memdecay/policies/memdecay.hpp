@@ -120,6 +120,8 @@ class memdecay {
   [[nodiscard]] std::uint32_t observations() const noexcept { return observations_; }
   /// Whether scores come from the exp-free kernel (params_type::exp_free_scores and the region table's domain).
   [[nodiscard]] bool expfree_scores() const noexcept { return expfree_; }
+  /// Whether the exp-free kernel can score this region table at all (use_expfree_scores(true) would take it).
+  [[nodiscard]] bool expfree_available() const noexcept { return clock_.usable(); }
 
   void reserve(std::size_t tokens) {
     detail::reserve_for_append(last_refresh_, tokens);
