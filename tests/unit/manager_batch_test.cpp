@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <tuple>
 #include <string>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
@@ -322,4 +323,31 @@ TEST(ManagerScorerRule, SameVictimsForEveryThreadCountAndAcrossASnapshot) {
   EXPECT_TRUE(polynomial.back()) << "the global budget keeps the batch above 1,500 tokens at the end";
   EXPECT_EQ(restored.digest(), digest_at_copy);
   for (std::uint64_t id : restored.ids()) EXPECT_FALSE(restored.at(id).expfree_scores()) << id;
+}
+
+// The switch back to the exp-free kernel allocates each sequence's weights: a failure part-way (here the engine's
+// executor giving up after the first sequence) switches the ones already switched back, and advance_to changes
+// nothing, the clocks included.
+TEST(ManagerScorerRule, ASwitchThatFailsPartWayChangesNothing) {
+  md::manager mgr(scorer_rule_config(1000, 0.5));
+  for (std::uint64_t id = 1; id <= 3; ++id) mgr.open(id, uniform_config()).append(md::regions::user, 400);
+  mgr.advance_to(1);
+  ASSERT_EQ(kernels(mgr), (std::vector<bool>{false, false, false}));  // 1,200 tokens
+  mgr.close(1);
+  mgr.close(2);  // 400 < 500: the next advance switches back
+  mgr.open(2, uniform_config()).append(md::regions::user, 50);
+  ASSERT_EQ(kernels(mgr), (std::vector<bool>{false, false}));
+  const auto before = mgr.digest();
+  struct gives_up_after_one {
+    void operator()(std::size_t n, const std::function<void(std::size_t)>& task) const {
+      if (n > 0) task(0);
+      throw std::runtime_error("executor gave up");
+    }
+  } failing;
+  EXPECT_THROW(mgr.advance_to(2, failing), std::runtime_error);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{false, false}));
+  EXPECT_EQ(mgr.now(), 1u);
+  EXPECT_EQ(mgr.digest(), before);
+  mgr.advance_to(2);
+  EXPECT_EQ(kernels(mgr), (std::vector<bool>{true, true}));
 }
