@@ -954,6 +954,7 @@ static void test_manager_scorer_rule(void) {
   CHECK_OK(memdecay_manager_select_global(mgr, 0, &plan));
   CHECK(memdecay_global_plan_get(plan).num_victims > 0);
   memdecay_global_plan_destroy(plan);
+  memdecay_sequence_destroy(s);
   memdecay_manager_destroy(mgr);
   memdecay_config_destroy(cfg);
 }
