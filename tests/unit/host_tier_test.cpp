@@ -613,6 +613,13 @@ md::sequence two_head_tier() {
   seq.commit(seq.select_for_budget());
   return seq;
 }
+// Two recall plans are the same decision: the same promotions (and their bounds), demotions and drops.
+void expect_same_plan(const md::recall_plan& got, const md::recall_plan& want) {
+  EXPECT_EQ(got.promote, want.promote);
+  EXPECT_EQ(got.promote_bounds, want.promote_bounds);
+  EXPECT_EQ(got.demote, want.demote);
+  EXPECT_EQ(got.drop, want.drop);
+}
 }  // namespace
 
 TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
@@ -624,9 +631,7 @@ TEST(HostTier, RecallFromTheEnginesBoundsEqualsRecallFromTheQuery) {
   const auto from_query = seq.select_recall(q);
   const auto from_bounds = seq.select_recall_for_bounds(best);
   EXPECT_FALSE(from_query.empty());
-  EXPECT_EQ(from_bounds.promote, from_query.promote);
-  EXPECT_EQ(from_bounds.demote, from_query.demote);
-  EXPECT_EQ(from_bounds.drop, from_query.drop);
+  expect_same_plan(from_bounds, from_query);
   best.pop_back();
   EXPECT_THROW((void)seq.select_recall_for_bounds(best), md::input_error);
   best.push_back(std::nanf(""));
@@ -648,10 +653,7 @@ TEST(HostTier, RecallByTheMeanOverHeadsEqualsRecallFromTheMeanBounds) {
   const auto by_mean = seq.select_recall(q, {}, md::head_bounds::mean);
   const auto from_means = seq.select_recall_for_bounds(mean);
   EXPECT_FALSE(by_mean.empty());
-  EXPECT_EQ(by_mean.promote, from_means.promote);
-  EXPECT_EQ(by_mean.promote_bounds, from_means.promote_bounds);
-  EXPECT_EQ(by_mean.demote, from_means.demote);
-  EXPECT_EQ(by_mean.drop, from_means.drop);
+  expect_same_plan(by_mean, from_means);
   EXPECT_EQ(seq.select_recall(q, {}, md::head_bounds::max).promote, seq.select_recall_for_bounds(best).promote);
   // The two rules rank these pages differently, so the test above tells them apart.
   std::vector<std::size_t> order_mean(n), order_best(n);
@@ -680,10 +682,7 @@ TEST(HostTier, RecallByEstimatedAttentionEqualsRecallFromTheLogMass) {
   const auto by_attention = seq.select_recall(q, {}, md::head_bounds::attention);
   const auto from_mass = seq.select_recall_for_bounds(log_mass);
   EXPECT_FALSE(by_attention.empty());
-  EXPECT_EQ(by_attention.promote, from_mass.promote);
-  EXPECT_EQ(by_attention.promote_bounds, from_mass.promote_bounds);
-  EXPECT_EQ(by_attention.demote, from_mass.demote);
-  EXPECT_EQ(by_attention.drop, from_mass.drop);
+  expect_same_plan(by_attention, from_mass);
   for (float b : by_attention.promote_bounds) EXPECT_LE(b, 0.0f);  // log of a mass <= 1
 
   // Two heads, four pages: head 0 bounds every page alike but page 0 by a little; head 1 singles out page 3. The

@@ -131,8 +131,7 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
       for (auto& layer : r.layer_mass) a.layers.push_back({.sparse = false, .positions = {}, .mass = std::move(layer)});
       trace->events.emplace_back(std::move(a));
     }
-    for (std::size_t j = 0; j < sch.probes_after[i].size(); ++j) {
-      const std::size_t k = sch.probes_after[i][j];
+    for (std::size_t k : sch.probes_after[i]) {
       const auto& p = ep.probes[k];
       const std::int32_t prompt[2] = {vocab.query, p.key};
       out.answers[k] = answered(session.answer(std::span<const std::int32_t>(prompt, 2), s.max_new), p.answer) ? 1 : 0;
@@ -271,23 +270,21 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   const md::config cfg = run_config(s, spec.page_size, budget);
   std::unique_ptr<memdecay_tools::any_sequence> policy;
   std::shared_ptr<const std::vector<std::vector<std::size_t>>> need_moments;  // the Belady ceiling's clairvoyance
-  if (spec.kind.belady) {
+  if (spec.kind.is_ceiling()) {  // both ceilings know the episode's needs: its residency problem at this run
     std::vector<std::uint32_t> step_end;
     for (const auto& st : sch.steps) step_end.push_back(st.end());
-    need_moments = std::make_shared<const std::vector<std::vector<std::size_t>>>(oracle::need_moments_by_page(
-        oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size, budget,
-                             cfg.effective_protection(spec.page_size, n), cfg.effective_regions()),
-        sch.probes_after));
-    using seq = md::policy_sequence<oracle::farthest_next_need>;
-    policy = memdecay_tools::erase(seq(cfg, {need_moments}));
-  } else if (spec.kind.oracle) {
-    std::vector<std::uint32_t> step_end;
-    for (const auto& st : sch.steps) step_end.push_back(st.end());
-    const auto plan =
-        oracle::solve(oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size, budget,
-                                           cfg.effective_protection(spec.page_size, n), cfg.effective_regions()));
-    using seq = md::policy_sequence<oracle::planned>;
-    policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
+    const auto problem = oracle::make_problem(ep, step_end, sch.probes_after, vocab.query, spec.page_size, budget,
+                                              cfg.effective_protection(spec.page_size, n), cfg.effective_regions());
+    if (spec.kind.belady) {
+      need_moments = std::make_shared<const std::vector<std::vector<std::size_t>>>(
+          oracle::need_moments_by_page(problem, sch.probes_after));
+      using seq = md::policy_sequence<oracle::farthest_next_need>;
+      policy = memdecay_tools::erase(seq(cfg, {need_moments}));
+    } else {
+      const auto plan = oracle::solve(problem);
+      using seq = md::policy_sequence<oracle::planned>;
+      policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
+    }
   } else {
     policy = spec.kind.make(cfg);
   }
