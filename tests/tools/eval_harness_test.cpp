@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -787,6 +788,110 @@ TEST(EvalHostTier, ARecallDisplacesOnlyThePolicysLowestScoringPages) {
   const auto library = erased->select_recall(query, md::head_bounds::max);  // no rule: every evictable page may go
   EXPECT_EQ(library.promote, seq.select_recall(query).promote);
   EXPECT_GT(library.demote.size() + library.drop.size(), 1u);
+}
+
+namespace {
+// What an engine's session gives the exact-attention recall: the keys of its device pages, in block-table (held)
+// order, `heads` x `dim` per token, from `key(original page, token, head, channel)`.
+struct keys_session {
+  const memdecay_tools::any_sequence* seq;
+  std::function<float(std::size_t, std::size_t, std::size_t, std::size_t)> key;
+  std::size_t heads, dim;
+  void page_keys(std::size_t device_index, std::vector<float>& out) const {
+    const std::size_t P = seq->page_size();
+    for (std::size_t j = 0, d = 0; j < seq->held_pages(); ++j) {
+      if (!seq->on_device(j)) continue;
+      if (d++ != device_index) continue;
+      const std::size_t origin = seq->origin_of_page(j);
+      const std::size_t tokens = std::min(P, seq->kv_len() - j * P);
+      out.clear();
+      for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t h = 0; h < heads; ++h)
+          for (std::size_t c = 0; c < dim; ++c) out.push_back(key(origin, t, h, c));
+      return;
+    }
+    throw std::out_of_range("no such device page");
+  }
+};
+}  // namespace
+
+// The "-exact" rows' recall signal (tools/eval/exact_recall.hpp): every held page scores the log of its share of
+// each head's softmax over every held token's exact logit, averaged over the heads; a host page keeps the keys it
+// had when it left the device (the session no longer has them).
+TEST(EvalExactRecall, ScoresHeldPagesByExactAttentionAndKeepsTheKeysOfHostPages) {
+  namespace md = memdecay;
+  constexpr std::size_t P = 4, heads = 2, dim = 10;
+  // Noise, plus channel `page` strong in every key of that page: a query along channel c singles out page c.
+  auto key_of = [](std::size_t page, std::size_t t, std::size_t h, std::size_t c) {
+    return static_cast<float>(0.5 * std::sin(0.7 * static_cast<double>(page * 31 + t * 7 + h * 3 + c)) +
+                              (c == page ? 2.0 : 0.0));
+  };
+  md::sequence seq(md::config{.page_size = P, .protection = {.recent_tokens = P}, .budget = md::budget_config::pages(5)});
+  seq.append(md::regions::system, P);
+  for (std::size_t p = 0; p < 7; ++p) {
+    seq.advance_to(static_cast<md::step_t>(p + 1));
+    seq.append(md::regions::scratchpad, p == 6 ? P - 1 : P);  // the last page partial
+  }
+  seq.enable_digests({.kv_heads = heads, .head_dim = dim});  // a page without a digest is left out of recalls
+  for (std::size_t p = 0; p < seq.num_pages(); ++p) {
+    std::vector<float> k;
+    for (std::size_t t = 0; t < seq.state().tokens_in_page(p); ++t)
+      for (std::size_t h = 0; h < heads; ++h)
+        for (std::size_t c = 0; c < dim; ++c) k.push_back(key_of(p, t, h, c));
+    seq.set_page_keys(p, k);
+  }
+  seq.enable_host_tier({.min_device_steps = 0});
+  ev::held_keys keys;
+  {  // every page on the device: the keys are read from the session
+    const auto before = memdecay_tools::erase(seq);
+    keys.refresh(*before, keys_session{before.get(), key_of, heads, dim});
+  }
+  seq.commit(seq.select_for_budget());
+  ASSERT_GT(seq.host_pages(), 0u);
+  const auto held = memdecay_tools::erase(seq);
+  // The session now has garbage where the host pages were: the held keys must not read it.
+  keys.refresh(*held, keys_session{held.get(), key_of, heads, dim});
+  std::size_t target = held->held_pages();  // a host page the query will single out
+  for (std::size_t j = 0; j < held->held_pages() && target == held->held_pages(); ++j)
+    if (!held->on_device(j)) target = j;
+  ASSERT_LT(target, held->held_pages());
+  std::vector<float> query(heads * dim);
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t c = 0; c < dim; ++c)
+      query[h * dim + c] = c == held->origin_of_page(target) ? 3.0f : 0.1f * static_cast<float>(c) - 0.4f;
+  std::vector<float> got;
+  keys.log_attention(*held, query, heads, dim, got);
+  ASSERT_EQ(got.size(), held->held_pages());
+
+  // The reference: the softmax written out per head over every held token.
+  std::vector<double> mass(held->held_pages(), 0.0);
+  for (std::size_t h = 0; h < heads; ++h) {
+    std::vector<std::pair<std::size_t, double>> logits;  // (held page, logit)
+    for (std::size_t j = 0; j < held->held_pages(); ++j)
+      for (std::size_t t = 0; t < std::min(P, held->kv_len() - j * P); ++t) {
+        double dot = 0;
+        for (std::size_t c = 0; c < dim; ++c) dot += query[h * dim + c] * key_of(held->origin_of_page(j), t, h, c);
+        logits.emplace_back(j, dot / std::sqrt(static_cast<double>(dim)));
+      }
+    double z = 0;
+    for (const auto& [j, l] : logits) z += std::exp(l);
+    for (const auto& [j, l] : logits) mass[j] += std::exp(l) / z / heads;
+  }
+  double total = 0;
+  for (std::size_t j = 0; j < got.size(); ++j) {
+    EXPECT_NEAR(got[j], std::log(mass[j]), 1e-4) << "held page " << j;
+    total += std::exp(static_cast<double>(got[j]));
+  }
+  EXPECT_NEAR(total, 1.0, 1e-5);  // the pages share each head's whole softmax
+  // The plan the rows commit comes from these scores: the host page the query attends most comes back.
+  for (std::size_t j = 0; j < got.size(); ++j)
+    if (j != target) EXPECT_LT(got[j], got[target]) << "held page " << j;
+  const auto plan = held->select_recall_for_bounds(got);
+  EXPECT_NE(std::find(plan.promote.begin(), plan.promote.end(), target), plan.promote.end());
+
+  EXPECT_THROW(keys.log_attention(*held, std::vector<float>(5), heads, dim, got), std::invalid_argument);
+  ev::held_keys empty;  // no keys were ever read: a held page without keys is the harness's bug, not a zero score
+  EXPECT_THROW(empty.log_attention(*held, query, heads, dim, got), std::logic_error);
 }
 
 // --- the oracle (tools/eval/oracle.hpp) ------------------------------------------------------------------------

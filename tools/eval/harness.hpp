@@ -56,6 +56,7 @@
 #include "../common/any_sequence.hpp"
 #include "../common/parallel_for.hpp"
 #include "episodes.hpp"
+#include "exact_recall.hpp"
 #include "oracle.hpp"
 #include "policy_kinds.hpp"
 #include "run_types.hpp"
@@ -228,9 +229,17 @@ void digest_pages(memdecay_tools::any_sequence& policy, const Session& session) 
 template <class Session>
 void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_pool<Session>& pool,
                 std::span<const float> query, md::head_bounds over_heads, run_result& res,
-                const std::vector<std::vector<std::size_t>>* clairvoyant = nullptr, std::size_t now = 0) {
+                const std::vector<std::vector<std::size_t>>* clairvoyant = nullptr, std::size_t now = 0,
+                held_keys* exact = nullptr) {
   md::recall_plan plan;
-  if (clairvoyant != nullptr) {
+  if (exact != nullptr) {
+    if constexpr (requires(std::vector<float> & keys) { session.page_keys(std::size_t{}, keys); }) {
+      std::vector<float> bounds;
+      exact->refresh(policy, session);
+      exact->log_attention(policy, query, session.layers() * session.heads(), session.head_dim(), bounds);
+      plan = policy.select_recall_for_bounds(bounds);
+    }
+  } else if (clairvoyant != nullptr) {
     std::vector<float> bounds;
     oracle::belady_bounds(
         *clairvoyant, now, policy.held_pages(), [&](std::size_t j) { return policy.origin_of_page(j); },
@@ -339,6 +348,8 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   const bool tiered = policy->has_host_tier();
   std::optional<host_pool<Session>> host;
   if (tiered) host.emplace(session, (n + spec.page_size - 1) / spec.page_size, res);
+  std::optional<held_keys> exact_keys;
+  if (tiered && spec.kind.recall_exact) exact_keys.emplace();
 
   std::vector<float> row, query;
   std::vector<std::uint8_t> resident;
@@ -367,6 +378,8 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
     policy->advance_to(static_cast<md::step_t>(i + 1));
     hook(call_kind::advance, i, i + 1);
     if (tiered) digest_pages(*policy, session);
+    if constexpr (requires(std::vector<float> & keys) { session.page_keys(std::size_t{}, keys); })
+      if (exact_keys) exact_keys->refresh(*policy, session);  // before the budget may demote what filled
     const auto e = memdecay_tools::enforce_budget(
         *policy, session.table(), session.sequence(), [](const auto&) {}, tiered ? &host->store() : nullptr);
     if (e.selected) {
@@ -384,7 +397,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         for (std::size_t l = 0; l < L; ++l)
           std::copy_n(r.layer_queries[l].data() + (st.count - 1) * d, d, query.data() + l * d);
         recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
-                   oracle::moment(i, 0));
+                   oracle::moment(i, 0), exact_keys ? &*exact_keys : nullptr);
       }
     const std::size_t kv = policy->device_len();
     if (session.resident_tokens() != kv)
@@ -412,7 +425,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         if constexpr (requires { session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query); }) {
           session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query);
           recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
-                     oracle::moment(i, 1 + j));
+                     oracle::moment(i, 1 + j), exact_keys ? &*exact_keys : nullptr);
         }
       }
       const bool alive = fact_on_device(p);

@@ -272,9 +272,10 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
-    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean|-att]: departures from the source
+    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean|-att|-exact]: departures
       std::string rest = name.substr(7);
-      const auto over_heads = ev::recall_heads_suffix(rest);
+      const bool exact = ev::take_flag(rest, "-exact");
+      const auto over_heads = exact ? md::head_bounds::max : ev::recall_heads_suffix(rest);
       std::size_t displaceable = 0;
       if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
         const auto n = ev::small_count(*lowest, 999);
@@ -286,7 +287,7 @@ int run(options& o) {
         hysteresis = ev::hysteresis_suffix(*hyst, name);
       else if (!rest.empty())
         return std::nullopt;
-      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads);
+      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads, exact);
       if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back
       return k;
     }

@@ -42,6 +42,9 @@ struct policy_kind {
   double host_fraction = -1;  ///< the host tier's size as a fraction of the episode's tokens; < 0: unlimited
   /// How a recall combines a page's bounds over the query heads (the "-mean" variants: head_bounds::mean).
   md::head_bounds recall_heads = md::head_bounds::max;
+  /// Recall by exact attention over every held page's keys (the "-exact" variants, exact_recall.hpp): the engine
+  /// scores the pages itself and hands the scores to select_recall_for_bounds; recall_heads is then unused.
+  bool recall_exact = false;
 
   /// A clairvoyant ceiling (the oracle or the Belady host tier), not a policy an engine could run.
   [[nodiscard]] bool is_ceiling() const noexcept { return oracle || belady; }
@@ -260,7 +263,8 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
 /// steps); "-stay<steps>" and "-hyst<logits>" set this variant's minimum stay and hysteresis; "-lowest<pages>" lets
 /// a recall displace only the policy's that many lowest-scoring evictable pages (host_tier_config::displace_lowest:
 /// the policy decides what may leave, the query what returns); "-mean" ranks pages for recall by the mean of their
-/// bounds over the query heads instead of the best head's (head_bounds::mean).
+/// bounds over the query heads instead of the best head's (head_bounds::mean); "-exact" by the attention the query
+/// would give each held page over its exact keys (exact_recall.hpp), no digest bound.
 inline policy_kind host_variant(policy_kind kind, const std::string& suffix, const md::host_tier_config& rule = {}) {
   if (kind.oracle || kind.belady || kind.host)
     throw std::invalid_argument("'" + kind.name + "' cannot take a host tier");
@@ -273,7 +277,8 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
-  const md::head_bounds over_heads = recall_heads_suffix(size);
+  const bool exact = take_flag(size, "-exact");
+  const md::head_bounds over_heads = exact ? md::head_bounds::max : recall_heads_suffix(size);
   if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
   if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
@@ -290,10 +295,12 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   if (tier.displace_lowest > 0)
     kind.description += "; a recall displaces only the policy's " + std::to_string(tier.displace_lowest) +
                         " lowest-scoring pages";
-  kind.description += recall_heads_description(over_heads);
+  kind.description += exact ? "; recall by exact attention over every held page's keys (the engine's host copy)"
+                             : recall_heads_description(over_heads);
   kind.host = tier;
   kind.host_fraction = fraction;
   kind.recall_heads = over_heads;
+  kind.recall_exact = exact;
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -308,9 +315,11 @@ inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 
 /// `hysteresis` > 0 (name "arkvale-hyst<logits>") and `displaceable` > 0 ("arkvale-lowest<pages>", after the
 /// hysteresis) depart from the source on purpose: they measure what the library's anti-thrash margin and the
 /// policy-chosen displacement save without a region prior; `over_heads` = mean ("arkvale-mean", last) ranks pages
-/// for recall by the mean of their bounds over the heads.
+/// for recall by the mean of their bounds over the heads; `exact` ("arkvale-exact") by exact attention over the held
+/// pages' keys (exact_recall.hpp), to separate what that signal gives from what the region prior does.
 inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0,
-                                std::size_t displaceable = 0, md::head_bounds over_heads = md::head_bounds::max) {
+                                std::size_t displaceable = 0, md::head_bounds over_heads = md::head_bounds::max,
+                                bool exact = false) {
   namespace sp = memdecay_tools::source_params;
   const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
   if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
@@ -345,7 +354,12 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     k.name += "-att";
     k.description += " (recall by a page's estimated attention mass over the heads)";
   }
+  if (exact) {
+    k.name += "-exact";
+    k.description += " (recall by exact attention over every held page's keys: not the source's digest bound)";
+  }
   k.recall_heads = over_heads;
+  k.recall_exact = exact;
   k.host_fraction = -1;
   return k;
 }

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recall by exact attention over the held keys (memdecay-eval's "-exact" host-tier rows).
+//
+// The library's recall ranks pages by a bound from a compact digest (Quest's per-channel min/max), because an
+// engine keeps the keys of offloaded pages in host memory, not beside the decision. An engine that does keep them
+// there (the K/V it demoted is in its host pool; RetroInfer and MagicPIG attend over offloaded keys on the CPU) can
+// instead score every held page by the attention the query would give it if it were resident, and hand those
+// scores to the library as bounds (sequence::select_recall_for_bounds). These rows measure what that better signal
+// is worth against the digest's bound: each query head's softmax over the logits of every held token (device and
+// host), a page's mass summed over its tokens, averaged over the heads, as a log (the bound the plan compares).
+// It reads no future: only the query of the moment and the keys already computed.
+#ifndef MEMDECAY_TOOLS_EVAL_EXACT_RECALL_HPP
+#define MEMDECAY_TOOLS_EVAL_EXACT_RECALL_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../common/any_sequence.hpp"
+
+namespace memdecay_eval {
+
+/// Every held page's keys, by original page: a device page's are read from the session at each refresh (a partial
+/// page grows), a host page keeps the ones it had when it left the device (only full pages leave).
+class held_keys {
+ public:
+  /// Reads the keys of every device page of `policy` from `session` (`page_keys(device_index, out)`: tokens x
+  /// (heads x head_dim)).
+  template <class Session>
+  void refresh(const memdecay_tools::any_sequence& policy, const Session& session) {
+    const std::size_t held = policy.held_pages();
+    std::size_t device_index = 0;
+    for (std::size_t j = 0; j < held; ++j) {
+      if (!policy.on_device(j)) continue;
+      const auto origin = static_cast<std::size_t>(policy.origin_of_page(j));
+      if (origin >= by_origin_.size()) by_origin_.resize(origin + 1);
+      session.page_keys(device_index++, by_origin_[origin]);
+    }
+  }
+
+  /// log(mean over heads of the page's share of each head's softmax over every held token), one per held page.
+  /// `query`: heads x head_dim, the layout of the keys' rows.
+  void log_attention(const memdecay_tools::any_sequence& policy, std::span<const float> query, std::size_t heads,
+                     std::size_t head_dim, std::vector<float>& out) {
+    const std::size_t row = heads * head_dim;
+    if (query.size() != row) throw std::invalid_argument("held_keys: the query is not heads x head_dim");
+    const std::size_t held = policy.held_pages();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    // logits_[t * heads + h] for every held token t, pages in held order.
+    logits_.clear();
+    first_.assign(held + 1, 0);
+    for (std::size_t j = 0; j < held; ++j) {
+      const auto origin = static_cast<std::size_t>(policy.origin_of_page(j));
+      if (origin >= by_origin_.size() || by_origin_[origin].empty())
+        throw std::logic_error("held_keys: held page " + std::to_string(j) + " has no keys");
+      const std::vector<float>& k = by_origin_[origin];
+      const std::size_t tokens = k.size() / row;
+      for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t h = 0; h < heads; ++h) {
+          float dot = 0.0f;
+          const float* q = query.data() + h * head_dim;
+          const float* kk = k.data() + t * row + h * head_dim;
+          for (std::size_t c = 0; c < head_dim; ++c) dot += q[c] * kk[c];
+          logits_.push_back(dot * scale);
+        }
+      first_[j + 1] = first_[j] + tokens;
+    }
+    const std::size_t tokens = first_[held];
+    top_.assign(heads, -std::numeric_limits<float>::infinity());
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t h = 0; h < heads; ++h) top_[h] = std::max(top_[h], logits_[t * heads + h]);
+    z_.assign(heads, 0.0);
+    for (std::size_t t = 0; t < tokens; ++t)
+      for (std::size_t h = 0; h < heads; ++h) z_[h] += std::exp(static_cast<double>(logits_[t * heads + h] - top_[h]));
+    out.assign(held, 0.0f);
+    for (std::size_t j = 0; j < held; ++j) {
+      double mass = 0.0;
+      for (std::size_t t = first_[j]; t < first_[j + 1]; ++t)
+        for (std::size_t h = 0; h < heads; ++h) mass += std::exp(static_cast<double>(logits_[t * heads + h] - top_[h])) / z_[h];
+      mass /= static_cast<double>(heads);
+      out[j] = static_cast<float>(std::log(std::max(mass, 1e-300)));
+    }
+  }
+
+ private:
+  std::vector<std::vector<float>> by_origin_;
+  std::vector<float> logits_, top_;
+  std::vector<double> z_;
+  std::vector<std::size_t> first_;
+};
+
+}  // namespace memdecay_eval
+
+#endif  // MEMDECAY_TOOLS_EVAL_EXACT_RECALL_HPP
