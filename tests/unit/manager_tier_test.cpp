@@ -240,6 +240,43 @@ TEST(ManagerTier, RecallThroughTheManagerCarriesTheKvAndSparesProtectedAndShared
   EXPECT_FALSE(e.mgr.protected_pages(1).empty()) << "the protected page stayed on the device";
 }
 
+// A page on the host holds no device block: it can be neither protected nor shared. protect_pages and set_shared
+// name it with an input_error and change nothing; protect_tail_tokens passes over it. (Found by the adapter
+// fuzzer's host-tier path: a shared host page lowered reclaimable_pages and made a manager snapshot that did not
+// load.)
+TEST(ManagerTier, AHostPageIsNeitherProtectedNorShared) {
+  engine e({.page_size = P}, 2, 10, {.min_device_steps = 0}, 8);
+  e.mgr.advance_to(11);
+  (void)e.mgr.commit(e.mgr.select_global(), e.pool, md::identity_id{}, e.store);
+  auto& s = e.mgr.at(1);
+  std::size_t host = s.num_pages();
+  for (std::size_t p = 0; p < s.num_pages(); ++p)
+    if (s.residency(p) == md::page_residency::host) host = p;
+  ASSERT_LT(host, s.num_pages());
+  const auto digest = e.mgr.digest();
+  const auto reclaimable = e.mgr.reclaimable_pages();
+  const std::size_t named[] = {host};
+  for (bool share : {true, false}) {
+    try {
+      e.mgr.set_shared(1, named, share);
+      FAIL() << "set_shared accepted a host page";
+    } catch (const md::input_error& err) {
+      EXPECT_NE(std::string(err.what()).find("page " + std::to_string(host) + " is on the host"), std::string::npos)
+          << err.what();
+    }
+  }
+  EXPECT_THROW(e.mgr.protect_pages(1, named), md::input_error);
+  EXPECT_EQ(e.mgr.digest(), digest);
+  EXPECT_EQ(e.mgr.reclaimable_pages(), reclaimable);
+  EXPECT_TRUE(e.mgr.shared_pages(1).empty());
+  EXPECT_TRUE(e.mgr.protected_pages(1).empty());
+  // A tail that reaches back over host pages protects only its device pages.
+  e.mgr.protect_tail_tokens(1, s.kv_len());
+  const auto kept = e.mgr.protected_pages(1);
+  EXPECT_EQ(kept.size(), s.device_pages());
+  for (std::size_t p : kept) EXPECT_EQ(s.residency(p), md::page_residency::device) << "page " << p;
+}
+
 TEST(ManagerTier, AFailingStoreAndAnOverfullPoolChangeNothing) {
   engine e({.page_size = P, .global = md::global_budget::pages(14, 10), .host_pool = 6}, 2, 8);
   e.mgr.advance_to(9);

@@ -45,7 +45,8 @@
 // host pool (manager_config::host_pool), shared by every tier: when the demotions would overfill it, the
 // lowest-scoring pages of the pool (host pages and would-be demotions, in the global order) are dropped instead.
 // The budgets count device pages; a host page holds no device block, so it is neither shared nor protected (its
-// flags end when it leaves the device, as an evicted page's do). Recall goes through the manager too
+// flags end when it leaves the device, as an evicted page's do; protect_pages and set_shared refuse one, and
+// protect_tail_tokens passes over it). Recall goes through the manager too
 // (select_recall, commit_recall): it never displaces a page protected for this step or shared, and every commit,
 // eviction or recall, keeps the pool within its size. The commits that take a host store (tiers/host_store.hpp)
 // order the copies with the table's changes, all or nothing, as a single sequence's do.
@@ -413,19 +414,21 @@ class basic_manager {
   }
   /// Protects logical pages of `id` until the next advance_to() (or clear_protections()): pages that in-flight or
   /// speculative tokens still read. usage_error for an unknown sequence, input_error for a page that does not
-  /// exist; nothing changes on error.
+  /// exist or is on the host (protections are for device pages: a host page holds no device block); nothing
+  /// changes on error.
   void protect_pages(SequenceId id, std::span<const std::size_t> pages) {
     auto& e = find_entry(id, "protect_pages")->second;
-    const auto origins = origins_of(e, id, pages, "protect_pages");
+    const auto origins = device_origins_of(e, id, pages, "protect_pages");
     e.protected_origins.insert(origins.begin(), origins.end());
   }
   /// Protects every page holding one of the last `tokens` resident tokens of `id` (speculative drafts, tokens of
-  /// an in-flight step) until the next advance_to().
+  /// an in-flight step) until the next advance_to(); pages of them on the host are passed over.
   void protect_tail_tokens(SequenceId id, std::size_t tokens) {
     auto& e = find_entry(id, "protect_tail_tokens")->second;
     const std::size_t first = policy_support::first_recent_page(e.seq->view(), tokens);
     const auto origins = e.seq->state().page_origins();
-    for (std::size_t p = first; p < e.seq->num_pages(); ++p) e.protected_origins.insert(origins[p]);
+    for (std::size_t p = first; p < e.seq->num_pages(); ++p)
+      if (!on_host(e, p)) e.protected_origins.insert(origins[p]);  // a host page holds no device block to keep
   }
   void clear_protections() noexcept {
     for (auto& [id, e] : entries_) e.protected_origins.clear();
@@ -439,10 +442,11 @@ class basic_manager {
   // --- shared pages ------------------------------------------------------------------------------------------
   /// Flags (or unflags) logical pages of `id` as shared with holders the manager does not see (another engine
   /// structure, a prefix cache). The flag follows the page through compaction and ends with its eviction.
-  /// usage_error for an unknown sequence, input_error for a page that does not exist; nothing changes on error.
+  /// usage_error for an unknown sequence, input_error for a page that does not exist or is on the host (it holds
+  /// no device block to share); nothing changes on error.
   void set_shared(SequenceId id, std::span<const std::size_t> pages, bool shared = true) {
     auto& e = find_entry(id, "set_shared")->second;
-    const auto origins = origins_of(e, id, pages, "set_shared");
+    const auto origins = device_origins_of(e, id, pages, "set_shared");
     for (std::uint64_t o : origins) {
       auto it = e.shared.find(o);
       if (shared) {
@@ -1087,6 +1091,19 @@ class basic_manager {
                             " does not exist (sequence has " + detail::to_text(origins.size()) + " pages)");
       out.push_back(origins[p]);
     }
+    return out;
+  }
+  static bool on_host(const entry& e, std::size_t page) {
+    return e.seq->has_host_tier() && e.seq->host_tier().on_host(page);
+  }
+  // origins_of for a call on device pages: input_error naming a page on the host as well.
+  static std::vector<std::uint64_t> device_origins_of(const entry& e, SequenceId id, std::span<const std::size_t> pages,
+                                                      const char* call) {
+    auto out = origins_of(e, id, pages, call);
+    for (std::size_t p : pages)
+      if (on_host(e, p))
+        detail::raise_input(std::string(call) + ": sequence " + detail::to_text(id) + ": page " + detail::to_text(p) +
+                            " is on the host (protections and sharing are for device pages)");
     return out;
   }
   // The logical indices of the resident pages whose origins satisfy `in`, ascending.
