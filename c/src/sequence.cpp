@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // memdecay_sequence (any policy, owned or a manager's), plans, and the llama.cpp and TensorRT-LLM exports.
+#include <memdecay/digests/query_channels.hpp>
 #include <Eigen/Core>
 
 #include "handles.hpp"
@@ -401,6 +402,14 @@ memdecay_status memdecay_sequence_select_recall(const memdecay_sequence* sequenc
                                                 memdecay_recall_plan** out) {
   return memdecay_sequence_select_recall_over_heads(sequence, query, query_count, protect, num_protect,
                                                     MEMDECAY_RECALL_BEST_HEAD, out);
+}
+
+memdecay_status memdecay_keep_largest_query_channels(float* query, size_t query_count, size_t head_dim,
+                                                    size_t channels) {
+  return guarded(nullptr, [&] {
+    if (query_count) require(query, "query");
+    md::keep_largest_query_channels(std::span<float>(query, query_count), head_dim, channels);
+  });
 }
 
 memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequence* sequence, const float* query,

@@ -1040,6 +1040,25 @@ static void test_manager_snapshots(void) {
   memdecay_config_destroy(cfg);
 }
 
+/* A query reduced to each head's largest channels (ties to the lower channel), in place; bad input changes nothing. */
+static void test_keep_largest_query_channels(void) {
+  float q[8] = {0.5f, -3.0f, 0.5f, 2.0f, -1.0f, 1.0f, 1.0f, -1.0f};
+  const float want[8] = {0.0f, -3.0f, 0.0f, 2.0f, -1.0f, 1.0f, 0.0f, 0.0f};
+  float bad[2] = {1.0f, NAN};
+  size_t i;
+  CHECK_OK(memdecay_keep_largest_query_channels(q, 8, 4, 2));
+  for (i = 0; i < 8; ++i) CHECK(q[i] == want[i]);
+  CHECK_OK(memdecay_keep_largest_query_channels(q, 8, 4, 4)); /* every channel kept: unchanged */
+  for (i = 0; i < 8; ++i) CHECK(q[i] == want[i]);
+  CHECK_FAILS(memdecay_keep_largest_query_channels(q, 7, 4, 2), MEMDECAY_INPUT_ERROR, "whole number of heads");
+  CHECK_FAILS(memdecay_keep_largest_query_channels(q, 8, 0, 2), MEMDECAY_INPUT_ERROR, "head_dim");
+  CHECK_FAILS(memdecay_keep_largest_query_channels(q, 8, 4, 0), MEMDECAY_INPUT_ERROR, "channels");
+  CHECK_FAILS(memdecay_keep_largest_query_channels(NULL, 8, 4, 2), MEMDECAY_INVALID_ARGUMENT, "query");
+  CHECK_FAILS(memdecay_keep_largest_query_channels(bad, 2, 2, 1), MEMDECAY_INPUT_ERROR, "query[1]");
+  CHECK(bad[0] == 1.0f && isnan(bad[1]));
+  CHECK_OK(memdecay_keep_largest_query_channels(NULL, 0, 4, 1)); /* no heads */
+}
+
 int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
@@ -1051,6 +1070,7 @@ int main(int argc, char** argv) {
   test_mean_keys_and_key_norms();
   test_digests();
   test_host_tier();
+  test_keep_largest_query_channels();
   test_host_tier_displace_lowest();
   test_recall_through_a_pool();
   test_commits();

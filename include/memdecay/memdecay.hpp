@@ -27,6 +27,7 @@
 #include "memdecay/policies/all.hpp"
 #include "memdecay/core/manager.hpp"
 #include "memdecay/core/executor.hpp"
+#include "memdecay/digests/query_channels.hpp"
 #include "memdecay/exports/llama_cpp.hpp"
 #include "memdecay/exports/tensorrt_llm.hpp"
 

@@ -38,6 +38,7 @@ from ._memdecay import (  # noqa: F401
     VllmBlockTable,
     __version__,
     apply_calibration,
+    keep_largest_query_channels,
     llama_evicted_ranges,
     llama_position_ranges,
     regions,

@@ -21,6 +21,7 @@
 
 #include <memdecay/core/attention_rows.hpp>
 #include <memdecay/core/config.hpp>
+#include <memdecay/digests/query_channels.hpp>
 #include <memdecay/core/region.hpp>
 #include <memdecay/detail/error.hpp>
 

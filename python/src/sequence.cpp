@@ -52,6 +52,22 @@ md::head_bounds head_bounds_of(const std::string& heads) {
 
 void bind_sequence(py::module_& m) {
   m.attr("POLICIES") = policy_names();
+  m.def(
+      "keep_largest_query_channels",
+      [](const py::object& query, std::size_t head_dim, std::size_t channels) {
+        const auto q = float_values(query, "query");
+        std::vector<py::ssize_t> shape(q.shape(), q.shape() + q.ndim());
+        py::array_t<float> out(shape);
+        std::copy_n(q.data(), q.size(), out.mutable_data());
+        md::keep_largest_query_channels(std::span<float>(out.mutable_data(), static_cast<std::size_t>(out.size())),
+                                        head_dim, channels);
+        return out;
+      },
+      py::arg("query"), py::arg("head_dim"), py::arg("channels"),
+      "A copy of the query (heads x head_dim, any shape with that many floats) keeping each head's `channels` "
+      "largest-magnitude channels and zeroing the rest (ties to the lower channel): pass it to select_recall for "
+      "a digest bound over those channels (docs/tiers.md). InputError naming the field for head_dim or channels "
+      "of 0, a length that is not a whole number of heads, or a non-finite element.");
 
   py::class_<plan_type>(m, "Plan",
                         "An eviction plan (phase 1 of two): the victims' logical pages and scores, and the state "

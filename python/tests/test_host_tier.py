@@ -150,3 +150,37 @@ def test_displace_lowest_lets_only_the_lowest_scoring_pages_make_room():
     evictable = sorted((p for p in range(seq.num_pages) if status[p] == "evictable"), key=lambda p: (scores[p], p))
     plan = seq.select_recall_for_bounds(bounds)
     assert list(plan.demote) + list(plan.drop) == [evictable[0]]
+
+
+def test_keep_largest_query_channels_keeps_each_heads_largest_and_leaves_the_input_alone():
+    query = np.array([[0.5, -3.0, 0.5, 2.0], [-1.0, 1.0, 1.0, -1.0]], np.float32)
+    kept = md.keep_largest_query_channels(query, head_dim=4, channels=2)
+    assert kept.shape == query.shape and kept.dtype == np.float32
+    assert np.array_equal(kept, [[0.0, -3.0, 0.0, 2.0], [-1.0, 1.0, 0.0, 0.0]])  # ties to the lower channel
+    assert query[0, 0] == 0.5  # a copy: the caller's query is unchanged
+    flat = md.keep_largest_query_channels([1.0, -2.0, 3.0], 3, 5)  # channels >= head_dim: as it was
+    assert np.array_equal(flat, [1.0, -2.0, 3.0])
+    for args, field in [((query, 0, 1), "head_dim"), ((query, 4, 0), "channels"), ((query, 3, 1), "whole number"),
+                        ((np.array([1.0, np.nan], np.float32), 2, 1), r"query\[1\]")]:
+        with pytest.raises(md.InputError, match=field):
+            md.keep_largest_query_channels(*args)
+
+
+def test_a_recall_from_the_largest_channels_follows_the_bound_over_those_channels():
+    # The query looks along channel 0 and barely along channel 1, where the device pages' keys spread widely: the
+    # full bound prefers the device pages for that spread, the bound over channel 0 alone the host pages' match.
+    seq = tiered()
+    seq.commit(seq.select_for_budget())
+    on_host = seq.on_host()
+    for p in range(seq.num_pages):
+        if on_host[p]:
+            seq.set_page_keys(p, np.tile(np.array([1.0, 0.0], np.float32), (P, 1)))
+        else:
+            seq.set_page_keys(p, np.array([[0.9, 10.0], [0.9, -10.0]] * (P // 2), np.float32))
+    query = np.array([1.0, 0.05], np.float32)
+    assert len(seq.select_recall(query).promote) == 0  # 0.9 + 0.05 x 10 beats 1.0
+    kept = md.keep_largest_query_channels(query, head_dim=2, channels=1)
+    assert np.array_equal(kept, [1.0, 0.0])
+    plan = seq.select_recall(kept)
+    assert len(plan.promote) > 0 and all(on_host[p] for p in plan.promote)
+    assert np.allclose(plan.promote_bounds, 1.0 / np.sqrt(2), atol=1e-6)

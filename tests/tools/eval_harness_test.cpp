@@ -863,26 +863,46 @@ TEST(EvalExactRecall, ScoresHeldPagesByExactAttentionAndKeepsTheKeysOfHostPages)
   keys.log_attention(*held, query, heads, dim, got);
   ASSERT_EQ(got.size(), held->held_pages());
 
-  // The reference: the softmax written out per head over every held token.
-  std::vector<double> mass(held->held_pages(), 0.0);
-  for (std::size_t h = 0; h < heads; ++h) {
-    std::vector<std::pair<std::size_t, double>> logits;  // (held page, logit)
-    for (std::size_t j = 0; j < held->held_pages(); ++j)
-      for (std::size_t t = 0; t < std::min(P, held->kv_len() - j * P); ++t) {
-        double dot = 0;
-        for (std::size_t c = 0; c < dim; ++c) dot += query[h * dim + c] * key_of(held->origin_of_page(j), t, h, c);
-        logits.emplace_back(j, dot / std::sqrt(static_cast<double>(dim)));
-      }
-    double z = 0;
-    for (const auto& [j, l] : logits) z += std::exp(l);
-    for (const auto& [j, l] : logits) mass[j] += std::exp(l) / z / heads;
-  }
+  // The reference: the softmax written out per head over every held token; the cheaper estimates read only the
+  // heads from `first` on and, per head, the `width` channels where the query is largest.
+  auto reference = [&](std::size_t first, std::size_t width) {
+    std::vector<double> mass(held->held_pages(), 0.0);
+    for (std::size_t h = first; h < heads; ++h) {
+      std::vector<std::size_t> channels(dim);
+      for (std::size_t c = 0; c < dim; ++c) channels[c] = c;
+      std::stable_sort(channels.begin(), channels.end(), [&](std::size_t a, std::size_t b) {
+        return std::abs(query[h * dim + a]) > std::abs(query[h * dim + b]);
+      });
+      channels.resize(width);
+      std::vector<std::pair<std::size_t, double>> logits;  // (held page, logit)
+      for (std::size_t j = 0; j < held->held_pages(); ++j)
+        for (std::size_t t = 0; t < std::min(P, held->kv_len() - j * P); ++t) {
+          double dot = 0;
+          for (std::size_t c : channels) dot += query[h * dim + c] * key_of(held->origin_of_page(j), t, h, c);
+          logits.emplace_back(j, dot / std::sqrt(static_cast<double>(dim)));
+        }
+      double z = 0;
+      for (const auto& [j, l] : logits) z += std::exp(l);
+      for (const auto& [j, l] : logits) mass[j] += std::exp(l) / z / static_cast<double>(heads - first);
+    }
+    return mass;
+  };
+  const auto mass = reference(0, dim);
   double total = 0;
   for (std::size_t j = 0; j < got.size(); ++j) {
     EXPECT_NEAR(got[j], std::log(mass[j]), 1e-4) << "held page " << j;
     total += std::exp(static_cast<double>(got[j]));
   }
   EXPECT_NEAR(total, 1.0, 1e-5);  // the pages share each head's whole softmax
+  {  // the second head alone, on its 3 largest query channels
+    std::vector<float> cheap;
+    keys.log_attention(*held, query, heads, dim, cheap, {.first_head = 1, .channels = 3});
+    const auto m = reference(1, 3);
+    ASSERT_EQ(cheap.size(), got.size());
+    for (std::size_t j = 0; j < cheap.size(); ++j) EXPECT_NEAR(cheap[j], std::log(m[j]), 1e-4) << "held page " << j;
+    EXPECT_NE(cheap, got);
+    EXPECT_THROW(keys.log_attention(*held, query, heads, dim, cheap, {.first_head = heads}), std::invalid_argument);
+  }
   // The plan the rows commit comes from these scores: the host page the query attends most comes back.
   for (std::size_t j = 0; j < got.size(); ++j)
     if (j != target) EXPECT_LT(got[j], got[target]) << "held page " << j;

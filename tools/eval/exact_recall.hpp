@@ -26,6 +26,14 @@
 
 namespace memdecay_eval {
 
+/// Cheaper estimates of held_keys' scores, to measure what they keep: only the heads from `first_head` on (the last
+/// layer's, say), and only the `channels` channels of each head where the query is largest in magnitude (0: all;
+/// InfiniGen's partial keys pick their channels offline, this picks them per query).
+struct held_keys_options {
+  std::size_t first_head = 0;
+  std::size_t channels = 0;
+};
+
 /// Every held page's keys, by original page: a device page's are read from the session at each refresh (a partial
 /// page grows), a host page keeps the ones it had when it left the device (only full pages leave).
 class held_keys {
@@ -44,14 +52,29 @@ class held_keys {
     }
   }
 
+  using options = held_keys_options;
+
   /// log(mean over heads of the page's share of each head's softmax over every held token), one per held page.
   /// `query`: heads x head_dim, the layout of the keys' rows.
   void log_attention(const memdecay_tools::any_sequence& policy, std::span<const float> query, std::size_t heads,
-                     std::size_t head_dim, std::vector<float>& out) {
+                     std::size_t head_dim, std::vector<float>& out, options o = {}) {
     const std::size_t row = heads * head_dim;
     if (query.size() != row) throw std::invalid_argument("held_keys: the query is not heads x head_dim");
+    if (o.first_head >= heads) throw std::invalid_argument("held_keys: first_head is past the heads");
     const std::size_t held = policy.held_pages();
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const std::size_t used = heads - o.first_head;
+    // Per used head, the channels the dot products read (the query's largest, ties to the lower channel).
+    const std::size_t width = o.channels == 0 || o.channels >= head_dim ? head_dim : o.channels;
+    channels_.resize(used * width);
+    for (std::size_t u = 0; u < used; ++u) {
+      const float* q = query.data() + (o.first_head + u) * head_dim;
+      order_.resize(head_dim);
+      for (std::size_t c = 0; c < head_dim; ++c) order_[c] = c;
+      std::stable_sort(order_.begin(), order_.end(),
+                       [q](std::size_t a, std::size_t b) { return std::abs(q[a]) > std::abs(q[b]); });
+      std::copy_n(order_.begin(), width, channels_.begin() + static_cast<std::ptrdiff_t>(u * width));
+    }
     // logits_[t * heads + h] for every held token t, pages in held order.
     logits_.clear();
     first_.assign(held + 1, 0);
@@ -62,28 +85,28 @@ class held_keys {
       const std::vector<float>& k = by_origin_[origin];
       const std::size_t tokens = k.size() / row;
       for (std::size_t t = 0; t < tokens; ++t)
-        for (std::size_t h = 0; h < heads; ++h) {
+        for (std::size_t u = 0; u < used; ++u) {
           float dot = 0.0f;
-          const float* q = query.data() + h * head_dim;
-          const float* kk = k.data() + t * row + h * head_dim;
-          for (std::size_t c = 0; c < head_dim; ++c) dot += q[c] * kk[c];
+          const float* q = query.data() + (o.first_head + u) * head_dim;
+          const float* kk = k.data() + t * row + (o.first_head + u) * head_dim;
+          for (std::size_t i = 0; i < width; ++i) dot += q[channels_[u * width + i]] * kk[channels_[u * width + i]];
           logits_.push_back(dot * scale);
         }
       first_[j + 1] = first_[j] + tokens;
     }
     const std::size_t tokens = first_[held];
-    top_.assign(heads, -std::numeric_limits<float>::infinity());
+    top_.assign(used, -std::numeric_limits<float>::infinity());
     for (std::size_t t = 0; t < tokens; ++t)
-      for (std::size_t h = 0; h < heads; ++h) top_[h] = std::max(top_[h], logits_[t * heads + h]);
-    z_.assign(heads, 0.0);
+      for (std::size_t h = 0; h < used; ++h) top_[h] = std::max(top_[h], logits_[t * used + h]);
+    z_.assign(used, 0.0);
     for (std::size_t t = 0; t < tokens; ++t)
-      for (std::size_t h = 0; h < heads; ++h) z_[h] += std::exp(static_cast<double>(logits_[t * heads + h] - top_[h]));
+      for (std::size_t h = 0; h < used; ++h) z_[h] += std::exp(static_cast<double>(logits_[t * used + h] - top_[h]));
     out.assign(held, 0.0f);
     for (std::size_t j = 0; j < held; ++j) {
       double mass = 0.0;
       for (std::size_t t = first_[j]; t < first_[j + 1]; ++t)
-        for (std::size_t h = 0; h < heads; ++h) mass += std::exp(static_cast<double>(logits_[t * heads + h] - top_[h])) / z_[h];
-      mass /= static_cast<double>(heads);
+        for (std::size_t h = 0; h < used; ++h) mass += std::exp(static_cast<double>(logits_[t * used + h] - top_[h])) / z_[h];
+      mass /= static_cast<double>(used);
       out[j] = static_cast<float>(std::log(std::max(mass, 1e-300)));
     }
   }
@@ -92,7 +115,7 @@ class held_keys {
   std::vector<std::vector<float>> by_origin_;
   std::vector<float> logits_, top_;
   std::vector<double> z_;
-  std::vector<std::size_t> first_;
+  std::vector<std::size_t> first_, channels_, order_;
 };
 
 }  // namespace memdecay_eval

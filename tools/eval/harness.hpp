@@ -51,6 +51,7 @@
 #include <vector>
 
 #include <memdecay/core/sequence.hpp>
+#include <memdecay/digests/query_channels.hpp>
 #include <memdecay/io/trace.hpp>
 
 #include "../common/any_sequence.hpp"
@@ -230,13 +231,18 @@ template <class Session>
 void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_pool<Session>& pool,
                 std::span<const float> query, md::head_bounds over_heads, run_result& res,
                 const std::vector<std::vector<std::size_t>>* clairvoyant = nullptr, std::size_t now = 0,
-                held_keys* exact = nullptr) {
+                held_keys* exact = nullptr, const policy_kind* rule = nullptr) {
   md::recall_plan plan;
   if (exact != nullptr) {
     if constexpr (requires(std::vector<float> & keys) { session.page_keys(std::size_t{}, keys); }) {
       std::vector<float> bounds;
       exact->refresh(policy, session);
-      exact->log_attention(policy, query, session.layers() * session.heads(), session.head_dim(), bounds);
+      held_keys::options o;
+      if (rule != nullptr) {
+        o.first_head = rule->exact_last_layer ? (session.layers() - 1) * session.heads() : 0;
+        o.channels = rule->exact_channels;
+      }
+      exact->log_attention(policy, query, session.layers() * session.heads(), session.head_dim(), bounds, o);
       plan = policy.select_recall_for_bounds(bounds);
     }
   } else if (clairvoyant != nullptr) {
@@ -245,6 +251,12 @@ void recall_for(memdecay_tools::any_sequence& policy, Session& session, host_poo
         *clairvoyant, now, policy.held_pages(), [&](std::size_t j) { return policy.origin_of_page(j); },
         [&](std::size_t j) { return policy.on_device(j); }, bounds);
     plan = policy.select_recall_for_bounds(bounds);
+  } else if (rule != nullptr && rule->query_channels > 0) {
+    if constexpr (requires { session.head_dim(); }) {
+      std::vector<float> sparse(query.begin(), query.end());
+      md::keep_largest_query_channels(sparse, session.head_dim(), rule->query_channels);
+      plan = policy.select_recall(sparse, over_heads);
+    }
   } else {
     plan = policy.select_recall(query, over_heads);
   }
@@ -397,7 +409,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         for (std::size_t l = 0; l < L; ++l)
           std::copy_n(r.layer_queries[l].data() + (st.count - 1) * d, d, query.data() + l * d);
         recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
-                   oracle::moment(i, 0), exact_keys ? &*exact_keys : nullptr);
+                   oracle::moment(i, 0), exact_keys ? &*exact_keys : nullptr, &spec.kind);
       }
     const std::size_t kv = policy->device_len();
     if (session.resident_tokens() != kv)
@@ -425,7 +437,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
         if constexpr (requires { session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query); }) {
           session.prompt_queries(std::span<const std::int32_t>(prompt, 2), query);
           recall_for(*policy, session, *host, query, spec.kind.recall_heads, res, need_moments.get(),
-                     oracle::moment(i, 1 + j), exact_keys ? &*exact_keys : nullptr);
+                     oracle::moment(i, 1 + j), exact_keys ? &*exact_keys : nullptr, &spec.kind);
         }
       }
       const bool alive = fact_on_device(p);

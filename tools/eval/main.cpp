@@ -272,10 +272,17 @@ int run(options& o) {
       [&](const std::string& name) -> std::optional<ev::policy_kind> {
     for (const auto& k : kinds)
       if (name == k.name) return k;
-    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-mean|-att|-exact]: departures
+    if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-qch<r>][-mean|-att|-exact]: departures
       std::string rest = name.substr(7);
-      const bool exact = ev::take_flag(rest, "-exact");
+      ev::policy_kind exact_rule;
+      const bool exact = ev::take_exact_suffix(rest, exact_rule, name);
       const auto over_heads = exact ? md::head_bounds::max : ev::recall_heads_suffix(rest);
+      std::size_t query_channels = 0;
+      if (const auto qch = ev::take_suffix(rest, "-qch")) {
+        const auto n = ev::small_count(*qch, 999);
+        if (!n || *n == 0) return std::nullopt;
+        query_channels = *n;
+      }
       std::size_t displaceable = 0;
       if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
         const auto n = ev::small_count(*lowest, 999);
@@ -287,7 +294,8 @@ int run(options& o) {
         hysteresis = ev::hysteresis_suffix(*hyst, name);
       else if (!rest.empty())
         return std::nullopt;
-      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads, exact);
+      auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads, exact ? &exact_rule : nullptr,
+                                query_channels);
       if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back
       return k;
     }

@@ -45,6 +45,10 @@ struct policy_kind {
   /// Recall by exact attention over every held page's keys (the "-exact" variants, exact_recall.hpp): the engine
   /// scores the pages itself and hands the scores to select_recall_for_bounds; recall_heads is then unused.
   bool recall_exact = false;
+  bool exact_last_layer = false;   ///< "-exact-last": only the last layer's heads score
+  std::size_t exact_channels = 0;  ///< "-exact-ch<r>": only the query's r largest channels per head (0: all)
+  /// "-qch<r>": the digest's bound from the query's r largest channels per head only (keep_largest_query_channels)
+  std::size_t query_channels = 0;
 
   /// A clairvoyant ceiling (the oracle or the Belady host tier), not a policy an engine could run.
   [[nodiscard]] bool is_ceiling() const noexcept { return oracle || belady; }
@@ -223,6 +227,9 @@ inline std::string recall_heads_description(md::head_bounds over_heads) {
   return "";
 }
 
+/// The "-exact[-last][-ch<r>]" suffix, taken off `text` into `kind` (exact_recall.hpp's estimates); false without it.
+inline bool take_exact_suffix(std::string& text, policy_kind& kind, const std::string& name);
+
 /// For "<rest><tag><value>": returns <value> and leaves <rest> in `text`; nullopt, `text` unchanged, without `tag`.
 inline std::optional<std::string> take_suffix(std::string& text, const std::string& tag) {
   const std::size_t at = text.find(tag);
@@ -230,6 +237,37 @@ inline std::optional<std::string> take_suffix(std::string& text, const std::stri
   std::string value = text.substr(at + tag.size());
   text.resize(at);
   return value;
+}
+
+inline bool take_exact_suffix(std::string& text, policy_kind& kind, const std::string& name) {
+  const std::size_t at = text.rfind("-exact");
+  if (at == std::string::npos) return false;
+  std::string rest = text.substr(at + 6);
+  kind.exact_last_layer = false;
+  kind.exact_channels = 0;
+  if (const auto ch = rest.find("-ch"); ch != std::string::npos) {
+    const std::string digits = rest.substr(ch + 3);
+    if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(digits) == 0)
+      throw std::invalid_argument("'" + name + "': -exact-ch takes a channel count, e.g. -exact-ch8");
+    kind.exact_channels = static_cast<std::size_t>(std::stoul(digits));
+    rest.resize(ch);
+  }
+  if (rest == "-last") {
+    kind.exact_last_layer = true;
+  } else if (!rest.empty()) {
+    throw std::invalid_argument("'" + name + "': unknown recall '-exact" + text.substr(at + 6) +
+                                "' (-exact, -exact-last, -exact-ch<r>, -exact-last-ch<r>)");
+  }
+  kind.recall_exact = true;
+  text.resize(at);
+  return true;
+}
+inline std::string exact_description(const policy_kind& kind) {
+  std::string d = "; recall by exact attention over every held page's keys (the engine's host copy)";
+  if (kind.exact_last_layer) d += ", the last layer's heads only";
+  if (kind.exact_channels > 0) d += ", the query's " + std::to_string(kind.exact_channels) + " largest channels per head";
+  return d;
 }
 
 /// A count of 1-3 decimal digits, at most `most`; nullopt for anything else.
@@ -277,8 +315,9 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
-  const bool exact = take_flag(size, "-exact");
+  const bool exact = take_exact_suffix(size, kind, suffix);
   const md::head_bounds over_heads = exact ? md::head_bounds::max : recall_heads_suffix(size);
+  if (const auto qch = take_suffix(size, "-qch")) kind.query_channels = number(*qch, 1, 999);
   if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
   if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
@@ -295,12 +334,13 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   if (tier.displace_lowest > 0)
     kind.description += "; a recall displaces only the policy's " + std::to_string(tier.displace_lowest) +
                         " lowest-scoring pages";
-  kind.description += exact ? "; recall by exact attention over every held page's keys (the engine's host copy)"
-                             : recall_heads_description(over_heads);
+  kind.description += exact ? exact_description(kind) : recall_heads_description(over_heads);
+  if (kind.query_channels > 0)
+    kind.description += "; the bound from the query's " + std::to_string(kind.query_channels) + " largest channels per head";
   kind.host = tier;
   kind.host_fraction = fraction;
   kind.recall_heads = over_heads;
-  kind.recall_exact = exact;
+
   return kind;
 }
 inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 0; }
@@ -316,10 +356,11 @@ inline bool is_host_suffix(const std::string& s) { return s.rfind("host", 0) == 
 /// hysteresis) depart from the source on purpose: they measure what the library's anti-thrash margin and the
 /// policy-chosen displacement save without a region prior; `over_heads` = mean ("arkvale-mean", last) ranks pages
 /// for recall by the mean of their bounds over the heads; `exact` ("arkvale-exact") by exact attention over the held
-/// pages' keys (exact_recall.hpp), to separate what that signal gives from what the region prior does.
+/// pages' keys (exact_recall.hpp; `exact`'s recall_exact, exact_last_layer and exact_channels), to separate what that
+/// signal gives from what the region prior does.
 inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, double hysteresis = 0.0,
                                 std::size_t displaceable = 0, md::head_bounds over_heads = md::head_bounds::max,
-                                bool exact = false) {
+                                const policy_kind* exact = nullptr, std::size_t query_channels = 0) {
   namespace sp = memdecay_tools::source_params;
   const auto tova = std::find_if(catalogue.begin(), catalogue.end(), [](const auto& k) { return k.name == "tova"; });
   if (tova == catalogue.end()) throw std::logic_error("the catalogue has no TOVA");
@@ -347,6 +388,11 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     k.description += " (a recall displaces only its " + std::to_string(displaceable) +
                      " lowest-scoring pages: not the source's)";
   }
+  if (query_channels > 0) {
+    k.name += "-qch" + std::to_string(query_channels);
+    k.description += " (the bound from the query's " + std::to_string(query_channels) + " largest channels per head)";
+    k.query_channels = query_channels;
+  }
   if (over_heads == md::head_bounds::mean) {
     k.name += "-mean";
     k.description += " (recall by the mean of a page's bounds over the heads)";
@@ -354,12 +400,16 @@ inline policy_kind arkvale_kind(const std::vector<policy_kind>& catalogue, doubl
     k.name += "-att";
     k.description += " (recall by a page's estimated attention mass over the heads)";
   }
-  if (exact) {
+  if (exact != nullptr && exact->recall_exact) {
     k.name += "-exact";
-    k.description += " (recall by exact attention over every held page's keys: not the source's digest bound)";
+    if (exact->exact_last_layer) k.name += "-last";
+    if (exact->exact_channels > 0) k.name += "-ch" + std::to_string(exact->exact_channels);
+    k.description += " (" + exact_description(*exact).substr(2) + ": not the source's digest bound)";
+    k.recall_exact = true;
+    k.exact_last_layer = exact->exact_last_layer;
+    k.exact_channels = exact->exact_channels;
   }
   k.recall_heads = over_heads;
-  k.recall_exact = exact;
   k.host_fraction = -1;
   return k;
 }

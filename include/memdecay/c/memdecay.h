@@ -443,6 +443,13 @@ typedef enum memdecay_recall_heads {
   MEMDECAY_RECALL_ESTIMATED_ATTENTION = 2,
   MEMDECAY_RECALL_HEADS_MAX_ENUM = 0x7fffffff
 } memdecay_recall_heads;
+/* Keeps, in every head of `query` (query_count floats, heads x head_dim), its `channels` largest-magnitude channels
+ * and sets the others to 0, in place (ties to the lower channel): pass the result to select_recall for a digest bound
+ * over those channels only (docs/tiers.md, "Recall from the query's largest channels"). MEMDECAY_INPUT_ERROR, the
+ * query unchanged, for head_dim or channels of 0, a count that is not a whole number of heads or a non-finite
+ * element; MEMDECAY_INVALID_ARGUMENT for a NULL query with a count. */
+MEMDECAY_C_API memdecay_status memdecay_keep_largest_query_channels(float* query, size_t query_count, size_t head_dim,
+                                                                    size_t channels);
 /* memdecay_sequence_select_recall with a page ranked by `heads`; MEMDECAY_INVALID_ARGUMENT for another value. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequence* sequence,
                                                                           const float* query, size_t query_count,
