@@ -50,6 +50,7 @@
 #include "memdecay/tiers/host_store.hpp"
 #include "memdecay/tiers/host_tier.hpp"
 #include "model.hpp"
+#include "tier_bridge.hpp"
 #include "tier_model.hpp"
 
 namespace {
@@ -114,57 +115,6 @@ outcome model_csr_remove(std::vector<std::int32_t>& pages, std::size_t last_len,
 }
 
 // --- the host tiers (the path of a header byte 0xF0..0xFE: see LLVMFuzzerTestOneInput) -----------------------------
-/// The model's host tier rules as the library's (as api_fuzzer.cpp's).
-memdecay::host_tier_config tier_to_library(const model_tier_config& c) {
-  return {.host_budget = {static_cast<memdecay::budget_unit>(c.unit), c.high, std::nullopt},
-          .min_host_priority = c.min_host_priority,
-          .hysteresis = c.hysteresis,
-          .min_device_steps = c.min_device_steps,
-          .max_recall_pages = c.max_recall_pages,
-          .displace_lowest = c.displace_lowest};
-}
-
-/// A page's one number for the recall decision from its per-head bounds (head j of page p at j * n + p), as
-/// api_fuzzer.cpp specifies it: the best head's (a NaN head is passed over); the mean over heads in double; the log
-/// of the mean over heads of each head's softmax over the pages (an unknown bound, +inf or NaN, taking the head's
-/// largest finite one). With the last two a NaN head bound leaves the page NaN: unjudged.
-std::vector<float> combined_bounds(const std::vector<float>& bounds, std::size_t heads, std::size_t n,
-                                   memdecay::head_bounds rule) {
-  std::vector<float> out(n, -std::numeric_limits<float>::infinity());
-  if (rule == memdecay::head_bounds::max) {
-    for (std::size_t j = 0; j < heads; ++j)
-      for (std::size_t p = 0; p < n; ++p) out[p] = std::max(out[p], bounds[j * n + p]);
-    return out;
-  }
-  std::vector<double> acc(n, 0.0);
-  for (std::size_t j = 0; j < heads; ++j) {
-    const float* b = bounds.data() + j * n;
-    if (rule == memdecay::head_bounds::mean) {
-      for (std::size_t p = 0; p < n; ++p) acc[p] += b[p];
-      continue;
-    }
-    double top = -std::numeric_limits<double>::infinity();
-    for (std::size_t p = 0; p < n; ++p)
-      if (std::isfinite(b[p])) top = std::max(top, static_cast<double>(b[p]));
-    if (!std::isfinite(top)) top = 0;
-    std::vector<double> w(n);
-    double sum = 0;
-    for (std::size_t p = 0; p < n; ++p) {
-      const bool unknown = !std::isfinite(b[p]) && !(b[p] < 0);
-      w[p] = std::exp((unknown ? top : static_cast<double>(b[p])) - top);
-      sum += w[p];
-    }
-    for (std::size_t p = 0; p < n; ++p) acc[p] += sum > 0 ? w[p] / sum : 1.0 / static_cast<double>(n);
-  }
-  for (std::size_t p = 0; p < n; ++p) {
-    const double mean = acc[p] / static_cast<double>(heads);
-    out[p] = static_cast<float>(rule == memdecay::head_bounds::mean ? mean : std::log(mean));
-    for (std::size_t j = 0; j < heads; ++j)
-      if (std::isnan(bounds[j * n + p])) out[p] = std::numeric_limits<float>::quiet_NaN();
-  }
-  return out;
-}
-
 /// What the fuzzer's host store throws when a fault is injected into one of its copies (not a memdecay error: the
 /// manager must undo and let it through).
 struct injected_fault {};

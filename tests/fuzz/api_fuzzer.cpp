@@ -36,6 +36,7 @@
 #include "memdecay/tiers/host_tier.hpp"
 #include "common.hpp"
 #include "model.hpp"
+#include "tier_bridge.hpp"
 #include "tier_model.hpp"
 
 namespace {
@@ -153,16 +154,6 @@ model_config read_config(reader& in, std::size_t fixed_page_size, bool float_sco
     c.overrides.push_back(o);
   }
   return c;
-}
-
-/// The model's host tier rules as the library's.
-memdecay::host_tier_config tier_to_library(const model_tier_config& c) {
-  return {.host_budget = {static_cast<memdecay::budget_unit>(c.unit), c.high, std::nullopt},
-          .min_host_priority = c.min_host_priority,
-          .hysteresis = c.hysteresis,
-          .min_device_steps = c.min_device_steps,
-          .max_recall_pages = c.max_recall_pages,
-          .displace_lowest = c.displace_lowest};
 }
 
 /// What the fuzzer's host store throws when a fault is injected into one of its copies (not a memdecay error: the
@@ -1312,46 +1303,6 @@ class harness {
     if (path == recall_path::pool_store) ensure_store(in);
     const int fault = (how & 0x30) == 0 ? (how >> 6) : -1;
     if (path != recall_path::none) commit_recall(plan, path, "commit_recall(fresh)", fault);
-  }
-  /// A page's one number for the recall decision from its per-head bounds (head j of page p at j * n + p): the best
-  /// head's (a NaN head is passed over); the mean over heads in double; the log of the mean over heads of each
-  /// head's softmax over the pages (an unknown bound, +inf or NaN, taking the head's largest finite one). With the
-  /// last two a NaN head bound leaves the page NaN: unjudged.
-  static std::vector<float> combined_bounds(const std::vector<float>& bounds, std::size_t heads, std::size_t n,
-                                            memdecay::head_bounds rule) {
-    std::vector<float> out(n, -std::numeric_limits<float>::infinity());
-    if (rule == memdecay::head_bounds::max) {
-      for (std::size_t j = 0; j < heads; ++j)
-        for (std::size_t p = 0; p < n; ++p) out[p] = std::max(out[p], bounds[j * n + p]);
-      return out;
-    }
-    std::vector<double> acc(n, 0.0);
-    for (std::size_t j = 0; j < heads; ++j) {
-      const float* b = bounds.data() + j * n;
-      if (rule == memdecay::head_bounds::mean) {
-        for (std::size_t p = 0; p < n; ++p) acc[p] += b[p];
-        continue;
-      }
-      double top = -std::numeric_limits<double>::infinity();
-      for (std::size_t p = 0; p < n; ++p)
-        if (std::isfinite(b[p])) top = std::max(top, static_cast<double>(b[p]));
-      if (!std::isfinite(top)) top = 0;
-      std::vector<double> w(n);
-      double sum = 0;
-      for (std::size_t p = 0; p < n; ++p) {
-        const bool unknown = !std::isfinite(b[p]) && !(b[p] < 0);
-        w[p] = std::exp((unknown ? top : static_cast<double>(b[p])) - top);
-        sum += w[p];
-      }
-      for (std::size_t p = 0; p < n; ++p) acc[p] += sum > 0 ? w[p] / sum : 1.0 / static_cast<double>(n);
-    }
-    for (std::size_t p = 0; p < n; ++p) {
-      const double mean = acc[p] / static_cast<double>(heads);
-      out[p] = static_cast<float>(rule == memdecay::head_bounds::mean ? mean : std::log(mean));
-      for (std::size_t j = 0; j < heads; ++j)
-        if (std::isnan(bounds[j * n + p])) out[p] = std::numeric_limits<float>::quiet_NaN();
-    }
-    return out;
   }
   void remember_recall(const memdecay::recall_plan& plan) {
     older_recall_ = last_recall_;
