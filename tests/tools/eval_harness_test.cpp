@@ -905,7 +905,9 @@ TEST(EvalExactRecall, ScoresHeldPagesByExactAttentionAndKeepsTheKeysOfHostPages)
   }
   // The plan the rows commit comes from these scores: the host page the query attends most comes back.
   for (std::size_t j = 0; j < got.size(); ++j)
-    if (j != target) EXPECT_LT(got[j], got[target]) << "held page " << j;
+    if (j != target) {
+      EXPECT_LT(got[j], got[target]) << "held page " << j;
+    }
   const auto plan = held->select_recall_for_bounds(got);
   EXPECT_NE(std::find(plan.promote.begin(), plan.promote.end(), target), plan.promote.end());
 
