@@ -7,6 +7,9 @@
 //   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
 //   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
 //                                      the memory roofline the kernel is measured against
+//   digest/fma_roofline/<storage>      independent vector FMAs and nothing else, counted as the digest bytes those
+//                                      FMAs consume here (each digest value feeds one FMA lane per query head of
+//                                      its group): the compute roofline, the most the kernel can reach in any cache
 //   digest/observe_query/f16/<pages>   seq.observe_query: bounds, the softmax estimate and the observation
 //
 // Items are pages; bytes_per_second counts the digest bytes read (bytes_per_page without the presence byte), so
@@ -124,6 +127,27 @@ void roofline(benchmark::State& st, md::digest_storage storage) {
   finish(st, w);
 }
 
+// 12 independent FMA chains (more than latency x throughput on the CPUs these benchmarks run on), kept in
+// registers; the chains converge (x -> 0.999 x + 1e-4), so no value overflows.
+void fma_roofline(benchmark::State& st, md::digest_storage storage) {
+  using P = md::simd::packet<float, md::simd::native_isa>;
+  constexpr int chains = 12, rounds = 1000;
+  typename P::reg acc[chains];
+  for (int i = 0; i < chains; ++i) acc[i] = P::set1(1.0f + 0.1f * static_cast<float>(i));
+  const auto x = P::set1(0.999f), y = P::set1(1e-4f);
+  for (auto _ : st) {
+    for (int r = 0; r < rounds; ++r) {
+      MEMDECAY_SIMD_UNROLL
+      for (int i = 0; i < chains; ++i) acc[i] = P::fma(acc[i], x, y);
+    }
+    for (auto& a : acc) benchmark::DoNotOptimize(a);
+  }
+  const std::int64_t fmas = st.iterations() * chains * rounds;
+  const std::size_t element = storage == md::digest_storage::f32 ? 4 : 2;
+  st.SetItemsProcessed(fmas);
+  st.SetBytesProcessed(fmas * static_cast<std::int64_t>(P::lanes * element / (query_heads / kv_heads)));
+}
+
 void observe_query(benchmark::State& st) {
   const auto pages = static_cast<std::size_t>(st.range(0));
   md::sequence seq(md::config{.page_size = 16});
@@ -162,6 +186,8 @@ const int registered = [] {
     }));
     sizes(benchmark::RegisterBenchmark(("digest/roofline/" + s).c_str(),
                                        [storage](benchmark::State& st) { roofline(st, storage); }));
+    benchmark::RegisterBenchmark(("digest/fma_roofline/" + s).c_str(),
+                                 [storage](benchmark::State& st) { fma_roofline(st, storage); });
   }
   benchmark::RegisterBenchmark("digest/observe_query/f16", observe_query)
       ->Arg(1024)

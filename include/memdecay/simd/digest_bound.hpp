@@ -106,7 +106,7 @@ MEMDECAY_SIMD_BEGIN
 namespace detail {
 MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p, 0, 0);
+  __builtin_prefetch(p, 0, 1);
 #else
   (void)p;
 #endif
@@ -169,28 +169,49 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 // through one transpose_sum where the isa has it. Needs dim % lanes == 0.
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB>
 MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t dim,
-                                     float* out, std::size_t out_stride) noexcept {
+                                     float* out, std::size_t out_stride, const char* later = nullptr,
+                                     std::size_t later_bytes = 0) noexcept {
   using P = packet<float, A>;
   constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
+  // Where the block's accumulators, the group's query and a page's digest values all fit in the isa's registers,
+  // pin the loaded values (in_register): otherwise GCC folds each load into every FMA that reads it, every FMA
+  // reads both operands from memory, and the loads bound the kernel (AVX-512, G = 4: 2.4x faster in cache with
+  // the pins, docs/tiers.md). Where they do not fit (AVX2's 16 registers), pinning spills: measured
+  // slower (f16 in cache 1.2x) or no faster (A/B in one run), so AVX2 runs unpinned.
+  constexpr bool pin = static_cast<int>(N + V * G + V) <= vector_registers(A);
   typename P::reg acc[N];
   MEMDECAY_SIMD_UNROLL
   for (auto& a : acc) a = P::zero();
+  // The prefetch of a later block (`later_bytes` from `later`), spread over the channel steps in address order.
+  const std::size_t steps = dim / L, per_step = later ? (later_bytes / steps + 63) / 64 * 64 : 0;
   for (std::size_t c = 0; c < dim; c += L) {
+    if (later)
+      for (std::size_t off = (c / L) * per_step, end = std::min(off + per_step, later_bytes); off < end; off += 64)
+        prefetch(later + off);
     typename P::reg qa[G], qb[G];
     MEMDECAY_SIMD_UNROLL
     for (std::size_t g = 0; g < G; ++g) {
       qa[g] = P::load(q + g * V * dim + c);
-      if constexpr (Kind == digest_kind::min_max) qb[g] = P::load(q + g * V * dim + dim + c);
+      if constexpr (pin) in_register(qa[g]);
+      if constexpr (Kind == digest_kind::min_max) {
+        qb[g] = P::load(q + g * V * dim + dim + c);
+        if constexpr (pin) in_register(qb[g]);
+      }
     }
     MEMDECAY_SIMD_UNROLL
     for (std::size_t b = 0; b < PB; ++b) {
       const Elem* d = head0 + b * page_elems;
       if constexpr (Kind == digest_kind::min_max) {
-        const auto lo = load_digest<A, Elem, F>(d + c), hi = load_digest<A, Elem, F>(d + dim + c);
+        auto lo = load_digest<A, Elem, F>(d + c), hi = load_digest<A, Elem, F>(d + dim + c);
+        if constexpr (pin) {
+          in_register(lo);
+          in_register(hi);
+        }
         MEMDECAY_SIMD_UNROLL
         for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
       } else {
-        const auto m = load_digest<A, Elem, F>(d + c);
+        auto m = load_digest<A, Elem, F>(d + c);
+        if constexpr (pin) in_register(m);
         MEMDECAY_SIMD_UNROLL
         for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], m, acc[b * G + g]);
       }
@@ -233,21 +254,21 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
   ? P::lanes : 8;
   constexpr std::size_t PB = accumulators / G;
   const std::size_t page_elems = s.kv_heads * V * s.dim;
-  const std::size_t head_bytes = V * s.dim * sizeof(Elem);
   std::size_t p = 0;
   for (; p + PB <= pages; p += PB)
     for (std::size_t h = 0; h < s.kv_heads; ++h) {
       // The block reads PB pages a page apart: more streams, each crossing 4 KiB pages, than the hardware
-      // prefetcher follows. Ask for the same head of the next block now (a block ahead is enough to hide DRAM).
-      // Measured (docs/tiers.md): +56% from DRAM for 16-bit digests, nothing for f32 (compute-bound there), -12%
-      // in cache for both; so 16-bit digests only.
-      if (!std::is_same_v<Elem, float> && p + 2 * PB <= pages)
-        for (std::size_t b = 0; b < PB; ++b) {
-          const char* next = reinterpret_cast<const char*>(digests + (p + PB + b) * page_elems + h * V * s.dim);
-          for (std::size_t off = 0; off < head_bytes; off += 64) prefetch(next + off);
-        }
+      // prefetcher follows, and while the FMAs run nothing asks for the next bytes. So each head's block also asks
+      // for one slice of the block `ahead` blocks on, a few lines per channel step, to the outer caches (locality
+      // 1). Measured A/B in one run (docs/tiers.md): from DRAM 1.4x (f32) and 1.3-1.4x (16-bit) over none; all
+      // prefetches at once, or to L1 (locality 3), were slower than none.
+      constexpr std::size_t ahead = 4;
+      const std::size_t slice = PB * page_elems * sizeof(Elem) / s.kv_heads;
+      const char* later = p + (ahead + 1) * PB <= pages
+                              ? reinterpret_cast<const char*>(digests + (p + ahead * PB) * page_elems) + h * slice
+                              : nullptr;
       head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * V * s.dim, digests + p * page_elems + h * V * s.dim,
-                                          page_elems, s.dim, out + h * G * out_stride + p, out_stride);
+                                          page_elems, s.dim, out + h * G * out_stride + p, out_stride, later, slice);
     }
   pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, out_stride);
 }

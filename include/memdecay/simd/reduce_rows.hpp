@@ -63,18 +63,6 @@ template <mass_format F>
 inline constexpr std::size_t reduce_group_rows = 8;
 inline constexpr std::size_t reduce_tile_tokens = 1024;
 
-// Keeps a loaded packet in a register. Without it GCC folds the load into both the add and the check's min as
-// memory operands, every element is read twice, and the checked reduction of 8 rows took 1.5-2.3x the plain one
-// (bench: 8 x 4K-1M float32 rows); with it, 1.0-1.4x.
-template <class Reg>
-MEMDECAY_SIMD_INLINE void in_register([[maybe_unused]] Reg& x) noexcept {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  asm("" : "+v"(x));
-#elif defined(__GNUC__) && defined(__aarch64__)
-  asm("" : "+w"(x));
-#endif
-}
-
 // The checks' state of one pass. Two accumulators of each (alternate packets), so that no packet waits for the
 // last one's check. An element needs only the sign check: an infinite or NaN element makes its token's sum
 // infinite or NaN, which the check of the sums catches (so does -inf, with its sign).
