@@ -619,6 +619,53 @@ TEST(EvalEngine, ForkedRunsEqualRunsFromScratchOnTheEngine) {
   }
 }
 
+// The recall rule's suffixes are one grammar for "NAME+host<p>..." and "arkvale...": every part lands in its field,
+// the name keeps the spelling, and a bad count or hysteresis is an error naming the policy, not a silent default.
+TEST(EvalPolicyNames, TheRecallRuleSuffixesParseOneWayForHostVariantsAndArkvale) {
+  ev::eval_settings s;
+  const auto base = named("memdecay-lifetime", 16, s).kind;
+  const auto k = ev::host_variant(base, "host50-stay0-hyst1-lowest2-qch3-mean");
+  EXPECT_EQ(k.name, "memdecay-lifetime+host50-stay0-hyst1-lowest2-qch3-mean");
+  ASSERT_TRUE(k.host.has_value());
+  EXPECT_EQ(k.host->hysteresis, 1.0);
+  EXPECT_EQ(k.host->displace_lowest, 2u);
+  EXPECT_EQ(k.host->min_device_steps, 0u);
+  EXPECT_EQ(k.query_channels, 3u);
+  EXPECT_EQ(k.recall_heads, md::head_bounds::mean);
+  EXPECT_DOUBLE_EQ(k.host_fraction, 0.5);
+  EXPECT_FALSE(k.recall_exact);
+
+  const auto e = ev::host_variant(base, "host-all-lowest2-exact-last-ch4");
+  EXPECT_TRUE(e.recall_exact);
+  EXPECT_TRUE(e.exact_last_layer);
+  EXPECT_EQ(e.exact_channels, 4u);
+  EXPECT_EQ(e.host->displace_lowest, 2u);
+  EXPECT_LT(e.host_fraction, 0.0);
+
+  std::string rest = "-hyst0.5-lowest3-qch2-att";
+  ev::policy_kind exact_rule;
+  const auto r = ev::take_recall_suffixes(rest, exact_rule, "arkvale" + rest);
+  EXPECT_TRUE(rest.empty());
+  EXPECT_FALSE(r.exact);
+  EXPECT_EQ(r.over_heads, md::head_bounds::attention);
+  EXPECT_EQ(r.hysteresis, 0.5);
+  EXPECT_EQ(r.displace_lowest, 3u);
+  EXPECT_EQ(r.query_channels, 2u);
+  std::string none;
+  const auto empty = ev::take_recall_suffixes(none, exact_rule, "arkvale");
+  EXPECT_FALSE(empty.hysteresis || empty.displace_lowest || empty.query_channels || empty.exact);
+
+  for (const char* bad : {"host50-qch0", "host50-lowest1000", "host50-hystx", "host50-exact-ch0", "host50-exact-first"}) {
+    SCOPED_TRACE(bad);
+    try {
+      (void)ev::host_variant(base, bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& error) {
+      EXPECT_NE(std::string(error.what()).find(bad), std::string::npos) << error.what();
+    }
+  }
+}
+
 // The host tier on the engine (docs/tiers.md): the harness checks after every step that the session's block table
 // holds exactly the policy's device tokens at their original positions (a recalled page back in its place); the
 // run demotes, promotes and moves K/V, every copy one whole block; and the numbers do not depend on the threads or

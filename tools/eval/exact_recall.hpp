@@ -99,13 +99,17 @@ class held_keys {
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t h = 0; h < used; ++h) top_[h] = std::max(top_[h], logits_[t * used + h]);
     z_.assign(used, 0.0);
+    weights_.resize(tokens * used);
     for (std::size_t t = 0; t < tokens; ++t)
-      for (std::size_t h = 0; h < used; ++h) z_[h] += std::exp(static_cast<double>(logits_[t * used + h] - top_[h]));
+      for (std::size_t h = 0; h < used; ++h) {
+        weights_[t * used + h] = std::exp(static_cast<double>(logits_[t * used + h] - top_[h]));
+        z_[h] += weights_[t * used + h];
+      }
     out.assign(held, 0.0f);
     for (std::size_t j = 0; j < held; ++j) {
       double mass = 0.0;
       for (std::size_t t = first_[j]; t < first_[j + 1]; ++t)
-        for (std::size_t h = 0; h < used; ++h) mass += std::exp(static_cast<double>(logits_[t * used + h] - top_[h])) / z_[h];
+        for (std::size_t h = 0; h < used; ++h) mass += weights_[t * used + h] / z_[h];
       mass /= static_cast<double>(used);
       out[j] = static_cast<float>(std::log(std::max(mass, 1e-300)));
     }
@@ -114,7 +118,7 @@ class held_keys {
  private:
   std::vector<std::vector<float>> by_origin_;
   std::vector<float> logits_, top_;
-  std::vector<double> z_;
+  std::vector<double> z_, weights_;  // softmax normalisers per head; exp(logit - top) per (token, head)
   std::vector<std::size_t> first_, channels_, order_;
 };
 

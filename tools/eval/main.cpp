@@ -275,25 +275,12 @@ int run(options& o) {
     if (name.rfind("arkvale-", 0) == 0) {  // arkvale[-hyst<logits>][-lowest<pages>][-qch<r>][-mean|-att|-exact]: departures
       std::string rest = name.substr(7);
       ev::policy_kind exact_rule;
-      const bool exact = ev::take_exact_suffix(rest, exact_rule, name);
-      const auto over_heads = exact ? md::head_bounds::max : ev::recall_heads_suffix(rest);
-      std::size_t query_channels = 0;
-      if (const auto qch = ev::take_suffix(rest, "-qch")) {
-        const auto n = ev::small_count(*qch, 999);
-        if (!n || *n == 0) return std::nullopt;
-        query_channels = *n;
-      }
-      std::size_t displaceable = 0;
-      if (const auto lowest = ev::take_suffix(rest, "-lowest")) {
-        const auto n = ev::small_count(*lowest, 999);
-        if (!n || *n == 0) return std::nullopt;
-        displaceable = *n;
-      }
-      double hysteresis = 0;
-      if (const auto hyst = ev::take_suffix(rest, "-hyst"); hyst && rest.empty())
-        hysteresis = ev::hysteresis_suffix(*hyst, name);
-      else if (!rest.empty())
-        return std::nullopt;
+      const auto rule = ev::take_recall_suffixes(rest, exact_rule, name);
+      if (!rest.empty()) return std::nullopt;
+      const bool exact = rule.exact;
+      const auto over_heads = rule.over_heads;
+      const double hysteresis = rule.hysteresis.value_or(0.0);
+      const std::size_t displaceable = rule.displace_lowest.value_or(0), query_channels = rule.query_channels.value_or(0);
       auto k = ev::arkvale_kind(kinds, hysteresis, displaceable, over_heads, exact ? &exact_rule : nullptr,
                                 query_channels);
       if (k.name != name) return std::nullopt;  // "arkvale-hyst0" or a spelling to_text does not give back

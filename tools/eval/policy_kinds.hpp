@@ -292,6 +292,34 @@ inline double hysteresis_suffix(const std::string& text, const std::string& name
   return h;
 }
 
+/// The recall rule both host-tier spellings end with ("NAME+host<p>[-stay<s>]<rule>" and "arkvale<rule>"), in this
+/// order: [-hyst<logits>][-lowest<pages>][-qch<r>][-mean|-att|-exact[-last][-ch<r>]]. Absent parts stay empty.
+struct recall_suffixes {
+  bool exact = false;  ///< "-exact...": recall by exact attention (the estimate's options are in the kind)
+  md::head_bounds over_heads = md::head_bounds::max;
+  std::optional<double> hysteresis;
+  std::optional<std::size_t> displace_lowest, query_channels;
+};
+
+/// Takes the recall rule off the end of `text` (the exact-attention part into `kind`); std::invalid_argument naming
+/// `name` for a count outside 1..999 or a malformed hysteresis.
+inline recall_suffixes take_recall_suffixes(std::string& text, policy_kind& kind, const std::string& name) {
+  recall_suffixes r;
+  r.exact = take_exact_suffix(text, kind, name);
+  if (!r.exact) r.over_heads = recall_heads_suffix(text);
+  auto count = [&](const std::optional<std::string>& digits, const char* tag) -> std::optional<std::size_t> {
+    if (!digits) return std::nullopt;
+    const auto n = small_count(*digits, 999);
+    if (!n || *n == 0)
+      throw std::invalid_argument("'" + name + "': " + tag + " takes a count in 1..999, e.g. " + tag + "2");
+    return n;
+  };
+  r.query_channels = count(take_suffix(text, "-qch"), "-qch");
+  r.displace_lowest = count(take_suffix(text, "-lowest"), "-lowest");
+  if (const auto hyst = take_suffix(text, "-hyst")) r.hysteresis = hysteresis_suffix(*hyst, name);
+  return r;
+}
+
 /// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>" and then
 /// "-hyst<logits>", then "-lowest<pages>", then "-mean"): the
 /// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
@@ -315,11 +343,12 @@ inline policy_kind host_variant(policy_kind kind, const std::string& suffix, con
   };
   md::host_tier_config tier = rule;
   std::string size = suffix;  // what is left once the rule suffixes are taken off: host<percent> or host-all
-  const bool exact = take_exact_suffix(size, kind, suffix);
-  const md::head_bounds over_heads = exact ? md::head_bounds::max : recall_heads_suffix(size);
-  if (const auto qch = take_suffix(size, "-qch")) kind.query_channels = number(*qch, 1, 999);
-  if (const auto lowest = take_suffix(size, "-lowest")) tier.displace_lowest = number(*lowest, 1, 999);
-  if (const auto hyst = take_suffix(size, "-hyst")) tier.hysteresis = hysteresis_suffix(*hyst, suffix);
+  const recall_suffixes rule_suffixes = take_recall_suffixes(size, kind, suffix);
+  const bool exact = rule_suffixes.exact;
+  const md::head_bounds over_heads = rule_suffixes.over_heads;
+  if (rule_suffixes.query_channels) kind.query_channels = *rule_suffixes.query_channels;
+  if (rule_suffixes.displace_lowest) tier.displace_lowest = *rule_suffixes.displace_lowest;
+  if (rule_suffixes.hysteresis) tier.hysteresis = *rule_suffixes.hysteresis;
   if (const auto stay = take_suffix(size, "-stay")) tier.min_device_steps = static_cast<md::step_t>(number(*stay, 0, 999));
   double fraction = -1;
   if (size != "host-all") {
