@@ -1611,9 +1611,9 @@ class harness {
     return n > room ? outcome::input_error : outcome::ok;
   }
 
-  /// enable_host_tier on a request (as api_fuzzer.cpp draws the rules: host budget in any unit, region rule,
-  /// hysteresis, min_device_steps, max_recall_pages, displace_lowest; sometimes invalid: config_error; enabling
-  /// again changes the rules, and may not shrink the budget below the pages on the host), or disable_host_tier.
+  /// enable_host_tier on a request (the rules drawn as tier_bridge.hpp's draw_tier draws them; sometimes invalid:
+  /// config_error; enabling again changes the rules, and may not shrink the budget below the pages on the host),
+  /// or disable_host_tier.
   void op_enable_tier(reader& in) {
     const std::uint64_t id = pick_id(in);
     request* r = find(id);
@@ -1629,55 +1629,15 @@ class harness {
       }
       return;
     }
-    model_tier_config c;
-    const bool allow_bad = (in.u8() & 7) == 0;
-    c.unit = static_cast<model_budget_unit>(in.u8() % 4);
-    switch (c.unit) {
-      case model_budget_unit::unlimited: break;
-      case model_budget_unit::tokens: {
-        static const double highs[] = {0, 8, 16, 48, 64, 1e300};
-        c.high = in.pick(highs);
-        break;
-      }
-      case model_budget_unit::pages: {
-        static const double highs[] = {0, 1, 2, 3, 4, 8, 2.5};
-        c.high = in.pick(highs);
-        break;
-      }
-      case model_budget_unit::ratio: {
-        static const double highs[] = {0.1, 0.25, 0.5, 1.0, 2.0};
-        c.high = in.pick(highs);
-        break;
-      }
-    }
-    static const double bad_highs[] = {-1.0, nan_d, inf_d};
-    if (allow_bad && in.flip(3)) c.high = in.pick(bad_highs);
+    static const double token_highs[] = {0, 8, 16, 48, 64, 1e300};
     static const double priorities[] = {0.0, 0.25, 0.5, 0.75, 1.0, 2.0, -1.0, 0.0};
-    static const double bad_priorities[] = {nan_d, inf_d, -inf_d};
-    c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : in.pick(priorities);
-    static const double hystereses[] = {0.0, 0.0, 0.25, 1.0, 8.0};
-    static const double bad_hystereses[] = {-0.5, nan_d, inf_d};
-    c.hysteresis = allow_bad && in.flip(4) ? in.pick(bad_hystereses) : in.pick(hystereses);
-    static const std::uint32_t steps[] = {0, 1, 2, 4, 64};
-    c.min_device_steps = in.pick(steps);
-    static const std::size_t recalls[] = {1, 2, 3, std::numeric_limits<std::size_t>::max()};
-    c.max_recall_pages = allow_bad && in.flip(8) ? 0 : in.pick(recalls);
-    static const std::size_t displace[] = {0, 0, 1, 2};
-    c.displace_lowest = in.pick(displace);
-    auto lib = tier_to_library(c);
-    const bool bad_unit = allow_bad && in.flip(16);
-    if (bad_unit) lib.host_budget.unit = static_cast<memdecay::budget_unit>(9);
-    const bool valid = model_tier_config_valid(c) && !bad_unit;
+    const drawn_tier d = draw_tier(in, {.token_highs = token_highs, .priorities = priorities});
+    const model_tier_config& c = d.model;
+    const bool valid = d.valid();
     const bool shrinks_below = r && r->m.tier && valid && model_host_capacity(c, P_, r->m.logical_len) < r->m.host_pages();
     const outcome want = !r ? outcome::usage_error : valid && !shrinks_below ? outcome::ok : outcome::config_error;
-    const outcome got = run_call([&] { mgr_.at(id).enable_host_tier(lib); });
-    expect(got, want,
-           "enable_host_tier(" + std::to_string(id) + ": unit " + std::to_string(static_cast<int>(lib.host_budget.unit)) +
-               " high " + memdecay::detail::to_text(c.high) + ", min_host_priority " +
-               memdecay::detail::to_text(c.min_host_priority) + ", hysteresis " +
-               memdecay::detail::to_text(c.hysteresis) + ", steps " + std::to_string(c.min_device_steps) +
-               ", max_recall " + std::to_string(c.max_recall_pages) + ", displace_lowest " +
-               std::to_string(c.displace_lowest) + ")");
+    const outcome got = run_call([&] { mgr_.at(id).enable_host_tier(d.library); });
+    expect(got, want, "enable_host_tier(" + std::to_string(id) + ": " + d.describe() + ")");
     unchanged_if_rejected(got, before, "enable_host_tier");
     if (got != outcome::ok) return;
     if (r->m.tier) {

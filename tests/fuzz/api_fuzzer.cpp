@@ -1109,58 +1109,17 @@ class harness {
   }
 
   void op_enable_tier(reader& in) {
-    model_tier_config c;
-    const bool allow_bad = (in.u8() & 7) == 0;
-    c.unit = static_cast<model_budget_unit>(in.u8() % 4);
-    switch (c.unit) {
-      case model_budget_unit::unlimited: break;
-      case model_budget_unit::tokens: {
-        static const double highs[] = {0, 16, 48, 64, 256, 1e300};
-        c.high = in.pick(highs);
-        break;
-      }
-      case model_budget_unit::pages: {
-        static const double highs[] = {0, 1, 2, 3, 4, 8, 2.5};
-        c.high = in.pick(highs);
-        break;
-      }
-      case model_budget_unit::ratio: {
-        static const double highs[] = {0.1, 0.25, 0.5, 1.0, 2.0};
-        c.high = in.pick(highs);
-        break;
-      }
-    }
-    static const double bad_highs[] = {-1.0, nan_d, inf_d};
-    if (allow_bad && in.flip(3)) c.high = in.pick(bad_highs);
+    static const double token_highs[] = {0, 16, 48, 64, 256, 1e300};
     static const double priorities[] = {0.0, 0.35, 0.45, 0.5, 0.7, 1.0, 2.0, -1.0};
-    static const double bad_priorities[] = {nan_d, inf_d, -inf_d};
-    c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : in.pick(priorities);
-    static const double hystereses[] = {0.0, 0.0, 0.25, 1.0, 8.0};
-    static const double bad_hystereses[] = {-0.5, nan_d, inf_d};
-    c.hysteresis = allow_bad && in.flip(4) ? in.pick(bad_hystereses) : in.pick(hystereses);
-    static const std::uint32_t steps[] = {0, 1, 2, 4, 64};
-    c.min_device_steps = in.pick(steps);
-    static const std::size_t recalls[] = {1, 2, 3, std::numeric_limits<std::size_t>::max()};
-    c.max_recall_pages = allow_bad && in.flip(8) ? 0 : in.pick(recalls);
-    // The displacement rule from a choice already read (a byte more would shift every committed input): 0, 1 or 2.
-    c.displace_lowest = c.min_device_steps % 3;
-    auto lib = tier_to_library(c);
-    const bool bad_unit = allow_bad && in.flip(16);
-    if (bad_unit) lib.host_budget.unit = static_cast<memdecay::budget_unit>(9);
+    const drawn_tier d =
+        draw_tier(in, {.token_highs = token_highs, .priorities = priorities, .displace_from_own_byte = false});
+    const model_tier_config& c = d.model;
     const auto before = snap();
     // Enabling again may not shrink the host budget below the pages on the host (no plan could keep it within).
-    const bool shrinks_below = m_.tier && model_tier_config_valid(c) && !bad_unit &&
-                               model_host_capacity(c, m_.P, m_.logical_len) < m_.host_pages();
-    const outcome want =
-        model_tier_config_valid(c) && !bad_unit && !shrinks_below ? outcome::ok : outcome::config_error;
-    const outcome got = run_call([&] { seq_.enable_host_tier(lib); });
-    expect(got, want,
-           "enable_host_tier(unit " + std::to_string(static_cast<int>(lib.host_budget.unit)) + " high " +
-               memdecay::detail::to_text(c.high) + ", min_host_priority " +
-               memdecay::detail::to_text(c.min_host_priority) + ", hysteresis " +
-               memdecay::detail::to_text(c.hysteresis) + ", steps " + std::to_string(c.min_device_steps) +
-               ", max_recall " + std::to_string(c.max_recall_pages) + ", displace_lowest " +
-               std::to_string(c.displace_lowest) + ")");
+    const bool shrinks_below = m_.tier && d.valid() && model_host_capacity(c, m_.P, m_.logical_len) < m_.host_pages();
+    const outcome want = d.valid() && !shrinks_below ? outcome::ok : outcome::config_error;
+    const outcome got = run_call([&] { seq_.enable_host_tier(d.library); });
+    expect(got, want, "enable_host_tier(" + d.describe() + ")");
     check_unchanged_if_rejected(got, before, "enable_host_tier");
     if (got != outcome::ok) return;
     if (m_.tier) {

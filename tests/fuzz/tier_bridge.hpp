@@ -8,12 +8,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <memdecay/tiers/host_tier.hpp>
 
+#include "common.hpp"
 #include "tier_model.hpp"
 
 namespace memdecay_fuzz {
@@ -26,6 +30,73 @@ inline memdecay::host_tier_config tier_to_library(const model_tier_config& c) {
           .min_device_steps = c.min_device_steps,
           .max_recall_pages = c.max_recall_pages,
           .displace_lowest = c.displace_lowest};
+}
+
+/// What differs between the fuzzers' drawn host tiers (the byte meaning of the rest is shared).
+struct tier_draw_tables {
+  std::span<const double> token_highs;  ///< host budgets in tokens (the sequence fuzzer's episodes are longer)
+  std::span<const double> priorities;   ///< min_host_priority values (around each fuzzer's retention scores)
+  /// displace_lowest from a byte of its own (0, 0, 1, 2), or from min_device_steps % 3 without a byte (the API
+  /// fuzzer's committed inputs predate the field: a byte more would shift every one of them).
+  bool displace_from_own_byte = true;
+};
+
+/// A drawn host tier: the model's rules, the library's, and whether the unit was forged invalid.
+struct drawn_tier {
+  model_tier_config model;
+  memdecay::host_tier_config library;
+  bool bad_unit = false;
+  [[nodiscard]] bool valid() const { return model_tier_config_valid(model) && !bad_unit; }
+  [[nodiscard]] std::string describe() const {
+    return "unit " + std::to_string(static_cast<int>(library.host_budget.unit)) + " high " +
+           memdecay::detail::to_text(model.high) + ", min_host_priority " +
+           memdecay::detail::to_text(model.min_host_priority) + ", hysteresis " +
+           memdecay::detail::to_text(model.hysteresis) + ", steps " + std::to_string(model.min_device_steps) +
+           ", max_recall " + std::to_string(model.max_recall_pages) + ", displace_lowest " +
+           std::to_string(model.displace_lowest);
+  }
+};
+
+/// Draws a host tier's rules: the budget in any unit, the region rule, hysteresis, minimum stay, promotions per
+/// plan and displacement; one input in eight may be invalid (a bad watermark, priority, hysteresis, promotion count
+/// or unit), for the config_error path.
+inline drawn_tier draw_tier(reader& in, const tier_draw_tables& tables) {
+  auto pick = [&](std::span<const double> values) { return values[in.u8() % values.size()]; };
+  drawn_tier d;
+  model_tier_config& c = d.model;
+  const bool allow_bad = (in.u8() & 7) == 0;
+  c.unit = static_cast<model_budget_unit>(in.u8() % 4);
+  switch (c.unit) {
+    case model_budget_unit::unlimited: break;
+    case model_budget_unit::tokens: c.high = pick(tables.token_highs); break;
+    case model_budget_unit::pages: {
+      static const double highs[] = {0, 1, 2, 3, 4, 8, 2.5};
+      c.high = in.pick(highs);
+      break;
+    }
+    case model_budget_unit::ratio: {
+      static const double highs[] = {0.1, 0.25, 0.5, 1.0, 2.0};
+      c.high = in.pick(highs);
+      break;
+    }
+  }
+  static const double bad_highs[] = {-1.0, nan_d, inf_d};
+  if (allow_bad && in.flip(3)) c.high = in.pick(bad_highs);
+  static const double bad_priorities[] = {nan_d, inf_d, -inf_d};
+  c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : pick(tables.priorities);
+  static const double hystereses[] = {0.0, 0.0, 0.25, 1.0, 8.0};
+  static const double bad_hystereses[] = {-0.5, nan_d, inf_d};
+  c.hysteresis = allow_bad && in.flip(4) ? in.pick(bad_hystereses) : in.pick(hystereses);
+  static const std::uint32_t steps[] = {0, 1, 2, 4, 64};
+  c.min_device_steps = in.pick(steps);
+  static const std::size_t recalls[] = {1, 2, 3, std::numeric_limits<std::size_t>::max()};
+  c.max_recall_pages = allow_bad && in.flip(8) ? 0 : in.pick(recalls);
+  static const std::size_t displace[] = {0, 0, 1, 2};
+  c.displace_lowest = tables.displace_from_own_byte ? in.pick(displace) : c.min_device_steps % 3;
+  d.library = tier_to_library(c);
+  d.bad_unit = allow_bad && in.flip(16);
+  if (d.bad_unit) d.library.host_budget.unit = static_cast<memdecay::budget_unit>(9);
+  return d;
 }
 
 /// A page's one number for the recall decision from its per-head bounds (head j of page p at j * n + p), as
