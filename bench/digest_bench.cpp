@@ -7,6 +7,8 @@
 //   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
 //   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
 //                                      the memory roofline the kernel is measured against
+//   digest/block_order_roofline/<storage>/<pages>  the same read in the kernel's order (blocks of pages, a KV head's
+//                                      slice of each page of the block at a time): what that access order allows
 //   digest/fma_roofline/<storage>      independent vector FMAs and nothing else, counted as the digest bytes those
 //                                      FMAs consume here (each digest value feeds one FMA lane per query head of
 //                                      its group): the compute roofline, the most the kernel can reach in any cache
@@ -109,6 +111,26 @@ float read_all(const workload& w) {
   return P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
 }
 
+// The same bytes in the kernel's order: blocks of PB pages (the register block digest_bound.hpp uses for 4 query
+// heads per KV head), one KV head's slice of each page of the block at a time, one vector of each page in turn.
+float read_in_block_order(const workload& w) {
+  using P = md::simd::packet<float, md::simd::native_isa>;
+  constexpr std::size_t G = query_heads / kv_heads;
+  constexpr std::size_t PB = (requires { P::has_transpose_sum; } ? P::lanes : 8) / G;
+  const float* base = w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data();
+  const std::size_t page = w.bytes() / 4 / w.pages, slice = page / kv_heads;
+  auto a0 = P::zero(), a1 = P::zero();
+  for (std::size_t p = 0; p + PB <= w.pages; p += PB)
+    for (std::size_t h = 0; h < kv_heads; ++h)
+      for (std::size_t c = 0; c + 2 * P::lanes <= slice; c += 2 * P::lanes)
+        for (std::size_t b = 0; b < PB; ++b) {
+          const float* d = base + (p + b) * page + h * slice + c;
+          a0 = P::add(a0, P::load(d));
+          a1 = P::add(a1, P::load(d + P::lanes));
+        }
+  return P::reduce_add(P::add(a0, a1));
+}
+
 void finish(benchmark::State& st, const workload& w) {
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(w.pages));
   st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(w.bytes()));
@@ -146,6 +168,12 @@ void fma_roofline(benchmark::State& st, md::digest_storage storage) {
   const std::size_t element = storage == md::digest_storage::f32 ? 4 : 2;
   st.SetItemsProcessed(fmas);
   st.SetBytesProcessed(fmas * static_cast<std::int64_t>(P::lanes * element / (query_heads / kv_heads)));
+}
+
+void roofline_in_block_order(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  for (auto _ : st) benchmark::DoNotOptimize(read_in_block_order(w));
+  finish(st, w);
 }
 
 void observe_query(benchmark::State& st) {
@@ -186,6 +214,8 @@ const int registered = [] {
     }));
     sizes(benchmark::RegisterBenchmark(("digest/roofline/" + s).c_str(),
                                        [storage](benchmark::State& st) { roofline(st, storage); }));
+    sizes(benchmark::RegisterBenchmark(("digest/block_order_roofline/" + s).c_str(),
+                                       [storage](benchmark::State& st) { roofline_in_block_order(st, storage); }));
     benchmark::RegisterBenchmark(("digest/fma_roofline/" + s).c_str(),
                                  [storage](benchmark::State& st) { fma_roofline(st, storage); });
   }
