@@ -116,7 +116,7 @@ float read_all(const workload& w) {
 float read_in_block_order(const workload& w) {
   using P = md::simd::packet<float, md::simd::native_isa>;
   constexpr std::size_t G = query_heads / kv_heads;
-  constexpr std::size_t PB = (requires { P::has_transpose_sum; } ? P::lanes : 8) / G;
+  constexpr std::size_t PB = md::simd::digest_block_accumulators<md::simd::native_isa> / G;
   const float* base = w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data();
   const std::size_t page = w.bytes() / 4 / w.pages, slice = page / kv_heads;
   auto a0 = P::zero(), a1 = P::zero();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,6 +39,10 @@ class reader {
   template <class T, std::size_t N>
   T pick(const T (&values)[N]) {
     return values[u8() % N];
+  }
+  template <class T>
+  T pick(std::span<const T> values) {
+    return values[u8() % values.size()];
   }
 
  private:

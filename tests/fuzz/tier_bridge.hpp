@@ -61,14 +61,13 @@ struct drawn_tier {
 /// plan and displacement; one input in eight may be invalid (a bad watermark, priority, hysteresis, promotion count
 /// or unit), for the config_error path.
 inline drawn_tier draw_tier(reader& in, const tier_draw_tables& tables) {
-  auto pick = [&](std::span<const double> values) { return values[in.u8() % values.size()]; };
   drawn_tier d;
   model_tier_config& c = d.model;
   const bool allow_bad = (in.u8() & 7) == 0;
   c.unit = static_cast<model_budget_unit>(in.u8() % 4);
   switch (c.unit) {
     case model_budget_unit::unlimited: break;
-    case model_budget_unit::tokens: c.high = pick(tables.token_highs); break;
+    case model_budget_unit::tokens: c.high = in.pick(tables.token_highs); break;
     case model_budget_unit::pages: {
       static const double highs[] = {0, 1, 2, 3, 4, 8, 2.5};
       c.high = in.pick(highs);
@@ -83,7 +82,7 @@ inline drawn_tier draw_tier(reader& in, const tier_draw_tables& tables) {
   static const double bad_highs[] = {-1.0, nan_d, inf_d};
   if (allow_bad && in.flip(3)) c.high = in.pick(bad_highs);
   static const double bad_priorities[] = {nan_d, inf_d, -inf_d};
-  c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : pick(tables.priorities);
+  c.min_host_priority = allow_bad && in.flip(4) ? in.pick(bad_priorities) : in.pick(tables.priorities);
   static const double hystereses[] = {0.0, 0.0, 0.25, 1.0, 8.0};
   static const double bad_hystereses[] = {-0.5, nan_d, inf_d};
   c.hysteresis = allow_bad && in.flip(4) ? in.pick(bad_hystereses) : in.pick(hystereses);

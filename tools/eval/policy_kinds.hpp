@@ -320,8 +320,8 @@ inline recall_suffixes take_recall_suffixes(std::string& text, policy_kind& kind
   return r;
 }
 
-/// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>" and then
-/// "-hyst<logits>", then "-lowest<pages>", then "-mean"): the
+/// `kind` with a host tier (name "<name>+host<percent>" or "<name>+host-all", optionally "-stay<steps>", then the
+/// recall rule of recall_suffixes): the
 /// device budget's victims go to a host pool of `percent` of the episode's tokens (unlimited for -all) instead of
 /// being dropped, and come back when a query's Quest bound wants them (the harness asks after every step with its
 /// last query and before every probe with the probe's). `rule`: the region rule, hysteresis and minimum stay (the

@@ -103,6 +103,12 @@ MEMDECAY_SIMD_BEGIN
 #define MEMDECAY_SIMD_UNROLL
 #endif
 
+/// The accumulators of one register block of the kernels (pages x the group's query heads): one transpose_sum's
+/// registers where the isa has one, else 8. A block holds digest_block_accumulators<A> / group pages.
+template <isa A>
+inline constexpr std::size_t digest_block_accumulators =
+    requires { packet<float, A>::has_transpose_sum; } ? packet<float, A>::lanes : 8;
+
 namespace detail {
 MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
@@ -248,11 +254,8 @@ void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t fi
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G>
 void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
                      std::size_t out_stride) noexcept {
-  using P = packet<float, A>;
   constexpr std::size_t V = vectors_per_head(Kind);
-  constexpr std::size_t accumulators = requires { P::has_transpose_sum; }
-  ? P::lanes : 8;
-  constexpr std::size_t PB = accumulators / G;
+  constexpr std::size_t PB = digest_block_accumulators<A> / G;
   const std::size_t page_elems = s.kv_heads * V * s.dim;
   std::size_t p = 0;
   for (; p + PB <= pages; p += PB)
@@ -277,15 +280,13 @@ template <isa A, class Elem, half_format F, digest_kind Kind>
 void digest_bounds_kind(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared,
                         float* out, std::size_t out_stride) noexcept {
   using P = packet<float, A>;
-  constexpr std::size_t accumulators = requires { P::has_transpose_sum; }
-  ? P::lanes : 8;
   const std::size_t group = s.query_heads / s.kv_heads;
   if (P::lanes > 1 && s.dim % P::lanes == 0) {
     // The common groups (MHA, and GQA's 2, 4 and 8 query heads per KV head) in register blocks.
     if (group == 1) return pages_in_blocks<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, out_stride);
     if (group == 2) return pages_in_blocks<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, out_stride);
     if (group == 4) return pages_in_blocks<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, out_stride);
-    if constexpr (accumulators >= 8)
+    if constexpr (digest_block_accumulators<A> >= 8)
       if (group == 8) return pages_in_blocks<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, out_stride);
   }
   pages_one_by_one<A, Elem, F, Kind>(s, digests, 0, pages, prepared, out, out_stride);
