@@ -303,6 +303,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
       policy = memdecay_tools::erase(seq(cfg, {need_moments}));
     } else {
       const auto plan = oracle::solve(problem);
+      res.oracle_unproven = plan.proven ? 0 : 1;
       using seq = md::policy_sequence<oracle::planned>;
       policy = memdecay_tools::erase(seq(cfg, {std::make_shared<const std::vector<std::size_t>>(plan.departure)}));
     }

@@ -527,6 +527,12 @@ int run(options& o) {
            << frac(pin.recalled, pin.probes) << " | " << pct(unpin.recalled, unpin.probes) << " | "
            << r.result->over_budget_steps << " |\n";
   }
+  std::uint64_t unproven = 0;
+  for (const auto& r : rows)
+    if (r.policy == "oracle" && r.result) unproven += r.result->oracle_unproven;
+  if (unproven > 0)
+    md_out << "\nThe oracle's plan was not proven optimal in " << unproven << " episode run" << (unproven == 1 ? "" : "s")
+           << " (its solver's search limit): the oracle rows holding them are lower bounds of the ceiling.\n";
   bool any_signal = false;
   for (const auto& r : rows) any_signal = any_signal || (r.result && r.result->signal_steps > 0);
   if (any_signal) {
@@ -727,6 +733,7 @@ int run(options& o) {
       cell["budget_violations"] = x.budget_violations;
       cell["forked_steps"] = x.forked_steps;
       cell["max_resident"] = x.max_resident;
+      if (r.policy == "oracle") cell["oracle_unproven_runs"] = x.oracle_unproven;
       if (has_host(r.policy)) {  // what the host tier moved
         cell["promoted_pages"] = x.promoted_pages;
         cell["demoted_pages"] = x.demoted_pages;

@@ -16,6 +16,13 @@
 //              (protected: pinned, sink, partial and recent pages, which the evictor never takes);
 //   u[n] <= y[p][k(n)] for every unprotected page p of need n at its time; maximise sum_n w_n u_n.
 //
+// (solve() states two exact reductions it applies first: pages with the same needs share one chain, and a need over
+// one such group needs no u; and it stops once the integer weights leave no room above the plan found. Without
+// these, page-1 episodes of multi-token facts took GLPK minutes: it found the optimum early and could not prove
+// it.) The search has
+// a limit in subproblems, not seconds, so results do not depend on the machine; a plan not proven optimal within
+// it is used and flagged (solution::proven, memdecay-eval's `oracle_unproven_runs`), with a bound on the optimum.
+//
 // Probes weigh more than all re-reads together (w = re-reads + 1), so the oracle first maximises the probes that
 // survive (it is never beaten on probe survival; tests check both that and equality with a brute force on tiny
 // episodes), then the re-reads it can serve besides. Its plan becomes a policy: a page scores its departure time,
@@ -25,6 +32,7 @@
 #define MEMDECAY_TOOLS_EVAL_ORACLE_HPP
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -105,6 +113,8 @@ struct solution {
   std::vector<std::uint8_t> served;
   std::uint64_t value = 0;        ///< sum of the served needs' weights
   std::size_t probes_served = 0;  ///< probes among them
+  bool proven = true;             ///< solve(): false when its search limit stopped it before the optimum was proven
+  std::uint64_t value_bound = 0;  ///< solve(): no plan serves more weight than this (`value` when proven)
 };
 
 /// Whether a departure vector respects every step's budget and every protection; fills `served` and the value.
@@ -147,32 +157,103 @@ inline std::mutex& glpk_mutex() {  // GLPK keeps a process-wide environment
   static std::mutex m;
   return m;
 }
+
+/// Stops GLPK's branch-and-cut after `limit` subproblems (a count, not a clock, so a stopped search ends in the same
+/// place on every machine).
+struct node_budget {
+  std::uint64_t limit = 0, seen = 0;
+  double bound = std::numeric_limits<double>::infinity();  ///< the best bound of the open subproblems, last seen
+  static void callback(glp_tree* tree, void* info) {
+    auto* self = static_cast<node_budget*>(info);
+    if (glp_ios_reason(tree) != GLP_ISELECT) return;
+    if (const int best = glp_ios_best_node(tree); best != 0) self->bound = glp_ios_node_bound(tree, best);
+    // The weights are integers: once no open subproblem can serve one more unit, the plan found is optimal
+    // (GLPK's own pruning does not use that and may branch on for long).
+    glp_prob* lp = glp_ios_get_prob(tree);
+    const bool settled = glp_mip_status(lp) == GLP_FEAS && std::floor(self->bound - glp_mip_obj_val(lp) + 1e-6) < 1.0;
+    if (settled || ++self->seen > self->limit) glp_ios_terminate(tree);
+  }
+};
 }  // namespace detail
 
-/// The exact optimum (0-1 integer program above, solved by GLPK).
-inline solution solve(const problem& pr) {
+/// How hard solve() may search: the branch-and-cut's subproblems at most. Every problem of docs/findings.md's
+/// protocol is proven optimal within 10 (solution::proven); a foreign episode file can hold one GLPK cannot prove
+/// in any reasonable time, and then the best plan found is used and said to be unproven.
+struct solve_limits {
+  std::uint64_t max_nodes = 2000;
+};
+
+/// The optimum of the 0-1 program above, solved by GLPK, after two exact reductions:
+///   * pages with the same needs move together: if every need of page p also needs page q and the other way round,
+///     some optimal plan lets both go at the same time (the later one's extra stay serves nothing), so they share one
+///     chain of y (a capacity row counts the group's unprotected pages resident then);
+///   * a need whose unprotected pages are all in one group is served exactly when that group stays, so its weight
+///     goes to the group's y directly, with no u of its own.
+/// With `limits` reached before the optimum is proven, the best plan found is returned with `proven` false.
+inline solution solve(const problem& pr, const solve_limits& limits = {}) {
   const std::size_t S = pr.steps(), P = pr.pages();
   std::vector<std::size_t> until(P);  // protection ends after step until[p] - 1
   for (std::size_t p = 0; p < P; ++p) until[p] = pr.protected_end(p);
   auto always = [&](std::size_t p) { return pr.pinned[p] || p < pr.sink_pages; };
-  // Need times per unprotected page.
-  std::vector<std::vector<std::size_t>> times(P);
-  for (const auto& nd : pr.needs)
-    for (std::uint32_t j = nd.first; j < nd.first + nd.length; ++j) {
-      const std::size_t p = j / pr.page_size;
-      if (!always(p) && nd.time >= until[p]) times[p].push_back(nd.time);
-    }
-  std::vector<std::vector<int>> col(P);  // GLPK column of y[p][k]
-  int ncols = 0;
-  for (std::size_t p = 0; p < P; ++p) {
-    auto& t = times[p];
-    std::sort(t.begin(), t.end());
-    t.erase(std::unique(t.begin(), t.end()), t.end());
-    for (std::size_t k = 0; k < t.size(); ++k) col[p].push_back(++ncols);
+  // Per page, the needs it constrains (at a time it may be gone), in need order; pages with the same list form a group.
+  std::vector<std::vector<std::uint32_t>> needs_of(P);
+  for (std::size_t n = 0; n < pr.needs.size(); ++n) {
+    const auto& nd = pr.needs[n];
+    if (nd.length == 0) continue;
+    const std::size_t last = std::min<std::size_t>((nd.first + nd.length - 1) / pr.page_size, P - 1);
+    for (std::size_t p = nd.first / pr.page_size; p <= last; ++p)
+      if (!always(p) && nd.time >= until[p]) needs_of[p].push_back(static_cast<std::uint32_t>(n));
   }
-  std::vector<int> need_col(pr.needs.size(), 0);
+  std::map<std::vector<std::uint32_t>, std::size_t> group_of_needs;
+  std::vector<std::size_t> group(P, solution::forever);    // page -> group (forever: no need, leaves when it may)
+  std::vector<std::vector<std::size_t>> times;             // per group: its distinct need times, ascending
+  std::vector<std::vector<std::size_t>> members;           // per group: its pages
+  for (std::size_t p = 0; p < P; ++p) {
+    if (needs_of[p].empty()) continue;
+    const auto [it, fresh] = group_of_needs.try_emplace(needs_of[p], times.size());
+    if (fresh) {
+      std::vector<std::size_t> t;
+      for (auto n : needs_of[p]) t.push_back(pr.needs[n].time);
+      std::sort(t.begin(), t.end());
+      t.erase(std::unique(t.begin(), t.end()), t.end());
+      times.push_back(std::move(t));
+      members.emplace_back();
+    }
+    group[p] = it->second;
+    members[it->second].push_back(p);
+  }
+  const std::size_t G = times.size();
+  std::vector<std::vector<int>> col(G);  // GLPK column of y[g][k]
+  int ncols = 0;
+  for (std::size_t g = 0; g < G; ++g)
+    for (std::size_t k = 0; k < times[g].size(); ++k) col[g].push_back(++ncols);
+  auto k_at = [&](std::size_t g, std::size_t time) {  // the group's first need time at or after `time`
+    return static_cast<std::size_t>(std::lower_bound(times[g].begin(), times[g].end(), time) - times[g].begin());
+  };
+  std::vector<double> objective(static_cast<std::size_t>(ncols) + 1, 0.0);
+  // Needs over two or more groups keep a u each (u <= every group's y then); the rest weigh on their group's y.
+  std::vector<std::pair<std::size_t, std::vector<std::size_t>>> shared_needs;  // need, its groups
+  {
+    std::vector<std::size_t> gs;
+    for (std::size_t n = 0; n < pr.needs.size(); ++n) {
+      const auto& nd = pr.needs[n];
+      gs.clear();
+      if (nd.length > 0)
+        for (std::size_t p = nd.first / pr.page_size; p <= std::min<std::size_t>((nd.first + nd.length - 1) / pr.page_size, P - 1); ++p)
+          if (group[p] != solution::forever && nd.time >= until[p]) gs.push_back(group[p]);
+      std::sort(gs.begin(), gs.end());
+      gs.erase(std::unique(gs.begin(), gs.end()), gs.end());
+      if (gs.size() == 1)
+        objective[static_cast<std::size_t>(col[gs[0]][k_at(gs[0], nd.time)])] += static_cast<double>(nd.weight);
+      else if (gs.size() > 1)
+        shared_needs.emplace_back(n, gs);
+    }
+  }
   const int first_u = ncols + 1;
-  for (std::size_t n = 0; n < pr.needs.size(); ++n) need_col[n] = ++ncols;
+  for (std::size_t s = 0; s < shared_needs.size(); ++s) {
+    ++ncols;
+    objective.push_back(static_cast<double>(pr.needs[shared_needs[s].first].weight));
+  }
 
   std::vector<int> ia{0}, ja{0};
   std::vector<double> ar{0.0};
@@ -186,45 +267,51 @@ inline solution solve(const problem& pr) {
     }
   };
   std::vector<std::pair<int, double>> terms;
-  // Monotone: y[p][k+1] - y[p][k] <= 0.
-  for (std::size_t p = 0; p < P; ++p)
-    for (std::size_t k = 0; k + 1 < col[p].size(); ++k) {
-      terms = {{col[p][k + 1], 1.0}, {col[p][k], -1.0}};
+  // Monotone: y[g][k+1] - y[g][k] <= 0.
+  for (std::size_t g = 0; g < G; ++g)
+    for (std::size_t k = 0; k + 1 < col[g].size(); ++k) {
+      terms = {{col[g][k + 1], 1.0}, {col[g][k], -1.0}};
       add_row(terms, 0.0);
     }
-  // Capacity after each step.
+  // Capacity after each step: a group's unprotected pages present then are resident while it stays to its next need.
+  std::vector<double> count(G, 0.0);
+  std::vector<std::size_t> touched;
   for (std::size_t i = 0; i < S; ++i) {
     std::uint64_t forced = 0;
-    terms.clear();
+    double free_pages = 0;
+    touched.clear();
     for (std::size_t p = 0; p < P && p * pr.page_size < pr.step_end[i]; ++p) {
       if (always(p) || i < until[p]) {
         forced += pr.tokens_of(p, i);
         continue;
       }
-      const auto& t = times[p];
-      const auto it = std::lower_bound(t.begin(), t.end(), i);
-      if (it != t.end()) terms.emplace_back(col[p][static_cast<std::size_t>(it - t.begin())], 1.0);
+      const std::size_t g = group[p];
+      if (g == solution::forever || k_at(g, i) == times[g].size()) continue;  // gone: nothing left to serve
+      if (count[g] == 0) touched.push_back(g);
+      count[g] += 1;
+      free_pages += 1;
     }
     const std::uint64_t room = forced >= pr.budget_tokens ? 0 : (pr.budget_tokens - forced) / pr.page_size;
-    if (terms.size() > room) add_row(terms, static_cast<double>(room));
+    terms.clear();
+    for (std::size_t g : touched) {
+      terms.emplace_back(col[g][k_at(g, i)], count[g]);
+      count[g] = 0;
+    }
+    if (free_pages > static_cast<double>(room)) add_row(terms, static_cast<double>(room));
   }
-  // Needs.
-  for (std::size_t n = 0; n < pr.needs.size(); ++n) {
-    const auto& nd = pr.needs[n];
-    std::size_t last = std::numeric_limits<std::size_t>::max();
-    for (std::uint32_t j = nd.first; j < nd.first + nd.length; ++j) {
-      const std::size_t p = j / pr.page_size;
-      if (p == last || always(p) || nd.time < until[p]) continue;
-      last = p;
-      const auto& t = times[p];
-      const auto k = static_cast<std::size_t>(std::lower_bound(t.begin(), t.end(), nd.time) - t.begin());
-      terms = {{need_col[n], 1.0}, {col[p][k], -1.0}};
+  // Shared needs: u <= y of each group at the need's time.
+  for (std::size_t s = 0; s < shared_needs.size(); ++s) {
+    const auto& [n, gs] = shared_needs[s];
+    for (std::size_t g : gs) {
+      terms = {{first_u + static_cast<int>(s), 1.0}, {col[g][k_at(g, pr.needs[n].time)], -1.0}};
       add_row(terms, 0.0);
     }
   }
 
   std::vector<double> value(static_cast<std::size_t>(ncols) + 1, 0.0);
-  {
+  bool proven = true;
+  double unserved_bound = 0;  // how much more weight an optimum could serve than the plan found, at most
+  if (ncols > 0) {
     std::lock_guard lock(detail::glpk_mutex());
     glp_prob* lp = glp_create_prob();
     // GLPK keeps an environment per thread; free it with the problem, or every worker thread leaks one.
@@ -236,11 +323,13 @@ inline solution solve(const problem& pr) {
       }
     } g{lp};
     glp_set_obj_dir(lp, GLP_MAX);
-    if (ncols > 0) glp_add_cols(lp, ncols);
-    for (int c = 1; c < first_u; ++c) glp_set_col_kind(lp, c, GLP_BV);
-    for (std::size_t n = 0; n < pr.needs.size(); ++n) {
-      glp_set_col_bnds(lp, need_col[n], GLP_DB, 0.0, 1.0);
-      glp_set_obj_coef(lp, need_col[n], static_cast<double>(pr.needs[n].weight));
+    glp_add_cols(lp, ncols);
+    for (int c = 1; c <= ncols; ++c) {
+      if (c < first_u)
+        glp_set_col_kind(lp, c, GLP_BV);
+      else
+        glp_set_col_bnds(lp, c, GLP_DB, 0.0, 1.0);
+      glp_set_obj_coef(lp, c, objective[static_cast<std::size_t>(c)]);
     }
     if (!row_upper.empty()) {
       glp_add_rows(lp, static_cast<int>(row_upper.size()));
@@ -248,16 +337,33 @@ inline solution solve(const problem& pr) {
         glp_set_row_bnds(lp, static_cast<int>(r) + 1, GLP_UP, 0.0, row_upper[r]);
       glp_load_matrix(lp, static_cast<int>(ia.size()) - 1, ia.data(), ja.data(), ar.data());
     }
-    if (ncols > 0) {
-      glp_iocp parm;
-      glp_init_iocp(&parm);
-      parm.presolve = GLP_ON;
-      parm.msg_lev = GLP_MSG_OFF;
-      const int rc = glp_intopt(lp, &parm);
-      if (rc != 0 || glp_mip_status(lp) != GLP_OPT)
-        throw std::runtime_error("oracle: GLPK did not find the optimum (glp_intopt " + std::to_string(rc) +
-                                 ", status " + std::to_string(glp_mip_status(lp)) + ")");
+    detail::node_budget budget{.limit = limits.max_nodes};
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.mir_cuts = GLP_ON;
+    parm.clq_cuts = GLP_ON;
+    parm.cb_func = &detail::node_budget::callback;
+    parm.cb_info = &budget;
+    const int terminal = glp_term_out(GLP_OFF);  // the cut generators print even with msg_lev off
+    const int rc = glp_intopt(lp, &parm);
+    glp_term_out(terminal);
+    const int status = glp_mip_status(lp);
+    const bool stopped = rc == GLP_ESTOP, found_plan = status == GLP_OPT || status == GLP_FEAS;
+    if (!stopped && !(rc == 0 && status == GLP_OPT))
+      throw std::runtime_error("oracle: GLPK found no plan (glp_intopt " + std::to_string(rc) + ", status " +
+                               std::to_string(status) + ")");
+    proven = !stopped;
+    // Stopped before any plan: every page leaves when its protection ends (y = 0), which always fits.
+    if (found_plan)
       for (int c = 1; c <= ncols; ++c) value[static_cast<std::size_t>(c)] = glp_mip_col_val(lp, c);
+    if (stopped) {  // the weights are integers, so a bound below the next integer proves the plan found
+      const double found = found_plan ? glp_mip_obj_val(lp) : 0.0;
+      double most = 0;  // every need served
+      for (double w : objective) most += w;
+      unserved_bound = std::clamp(std::floor(budget.bound - found + 1e-6), 0.0, most - found);
+      proven = unserved_bound < 1.0;
     }
   }
   std::vector<std::size_t> departure(P);
@@ -267,12 +373,15 @@ inline solution solve(const problem& pr) {
       continue;
     }
     departure[p] = until[p];
-    for (std::size_t k = 0; k < col[p].size(); ++k)
-      if (value[static_cast<std::size_t>(col[p][k])] > 0.5) departure[p] = std::max(departure[p], times[p][k] + 1);
+    if (const std::size_t g = group[p]; g != solution::forever)
+      for (std::size_t k = 0; k < col[g].size(); ++k)
+        if (value[static_cast<std::size_t>(col[g][k])] > 0.5) departure[p] = std::max(departure[p], times[g][k] + 1);
     if (departure[p] >= S) departure[p] = solution::forever;  // resident to the end
   }
   solution out;
   if (!evaluate(pr, departure, out)) throw std::logic_error("oracle: the solver's plan breaks a budget");
+  out.proven = proven;
+  out.value_bound = out.value + static_cast<std::uint64_t>(proven ? 0.0 : unserved_bound);
   return out;
 }
 

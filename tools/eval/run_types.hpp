@@ -117,6 +117,9 @@ struct run_result {
   /// for a promotion), dropped from the host, recall plans that promoted something, and the K/V bytes the host
   /// pool's copies moved (both directions, the engine's fp32 blocks).
   std::uint64_t promoted_pages = 0, demoted_pages = 0, host_dropped_pages = 0, recalls = 0, moved_bytes = 0;
+  /// The oracle: runs whose plan its solver could not prove optimal within its search limit (oracle::solve_limits);
+  /// their recall is then a lower bound of the ceiling. Always 0 on docs/findings.md's episodes.
+  std::uint64_t oracle_unproven = 0;
 
   void merge(const run_result& o) {
     for (std::size_t r = 0; r < regions.size(); ++r) regions[r].add(o.regions[r]);
@@ -137,6 +140,7 @@ struct run_result {
     host_dropped_pages += o.host_dropped_pages;
     recalls += o.recalls;
     moved_bytes += o.moved_bytes;
+    oracle_unproven += o.oracle_unproven;
   }
   [[nodiscard]] region_counts total() const noexcept {
     region_counts t;
@@ -162,7 +166,8 @@ struct run_result {
            a.evicted_tokens == b.evicted_tokens && a.over_budget_steps == b.over_budget_steps &&
            a.budget_violations == b.budget_violations && a.max_resident == b.max_resident &&
            a.promoted_pages == b.promoted_pages && a.demoted_pages == b.demoted_pages &&
-           a.host_dropped_pages == b.host_dropped_pages && a.recalls == b.recalls && a.moved_bytes == b.moved_bytes;
+           a.host_dropped_pages == b.host_dropped_pages && a.recalls == b.recalls && a.moved_bytes == b.moved_bytes &&
+           a.oracle_unproven == b.oracle_unproven;
   }
 };
 
