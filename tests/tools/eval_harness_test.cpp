@@ -1340,6 +1340,29 @@ TEST(EvalBootstrap, IsDeterministicForASeedAndPaired) {
   EXPECT_THROW((void)st::bootstrap(uneven, &a), std::invalid_argument);
 }
 
+// Episodes that asked nothing (a foreign file may hold some) leave every interval as it was without them; counted
+// as resampling units, a replicate drawn from them alone scored a recall of 0 and pulled the lower end down.
+TEST(EvalBootstrap, EpisodesWithoutProbesChangeNoInterval) {
+  namespace st = ev::stats;
+  const st::strata a{{{3, 10}, {5, 10}, {9, 12}}, {{7, 9}, {2, 9}}};
+  st::strata b = a;
+  b[0][1].hits += 3;
+  st::strata a0 = a, b0 = b;  // the same, with empty episodes among them
+  for (auto* x : {&a0, &b0}) {
+    (*x)[0].insert((*x)[0].begin() + 1, 3, st::counts{});
+    (*x)[1].push_back(st::counts{});
+  }
+  for (const bool paired : {false, true}) {
+    SCOPED_TRACE(paired ? "paired" : "alone");
+    const auto with = paired ? st::bootstrap(b0, &a0) : st::bootstrap(b0);
+    const auto without = paired ? st::bootstrap(b, &a) : st::bootstrap(b);
+    EXPECT_EQ(with.estimate, without.estimate);
+    EXPECT_EQ(with.lower, without.lower);
+    EXPECT_EQ(with.upper, without.upper);
+  }
+  EXPECT_GT(st::bootstrap(st::strata{{{1, 1}, {}}}).lower, 0.0);  // recall 1 wherever it was asked
+}
+
 // --- the policy catalogue (tools/common/policy_catalogue.hpp) ---------------------------------------------------
 
 TEST(PolicyCatalogue, RunsEachBaselineWithItsSourcesParameters) {

@@ -65,13 +65,19 @@ inline void check_paired(const strata& a, const strata& b) {
 }  // namespace detail
 
 /// The recall of b minus the recall of a (pooled over strata), with its paired bootstrap interval; with `a` empty,
-/// the interval of b's recall alone.
+/// the interval of b's recall alone. Episodes without probes are left out of the resampling: they say nothing of a
+/// recall, and a replicate drawn from them alone would count as a recall of 0 (an interval pulled towards 0 by
+/// episodes that asked nothing).
 inline interval bootstrap(const strata& b, const strata* a = nullptr, const bootstrap_options& o = {}) {
   if (a) detail::check_paired(*a, b);
+  std::vector<std::vector<std::size_t>> asked(b.size());  // per stratum, the episodes with probes
+  for (std::size_t s = 0; s < b.size(); ++s)
+    for (std::size_t k = 0; k < b[s].size(); ++k)
+      if (b[s][k].trials > 0 || (a && (*a)[s][k].trials > 0)) asked[s].push_back(k);
   auto statistic = [&](const auto& pick) {
     std::uint64_t hb = 0, tb = 0, ha = 0, ta = 0;
     for (std::size_t s = 0; s < b.size(); ++s)
-      for (std::size_t k = 0; k < b[s].size(); ++k) {
+      for (std::size_t k = 0; k < asked[s].size(); ++k) {
         const std::size_t e = pick(s, k);
         hb += b[s][e].hits;
         tb += b[s][e].trials;
@@ -83,14 +89,14 @@ inline interval bootstrap(const strata& b, const strata* a = nullptr, const boot
     return detail::ratio(hb, tb) - (a ? detail::ratio(ha, ta) : 0.0);
   };
   interval out;
-  out.estimate = statistic([](std::size_t, std::size_t k) { return k; });
+  out.estimate = statistic([&](std::size_t s, std::size_t k) { return asked[s][k]; });
   memdecay::trace::splitmix64 rng(o.seed);
   std::vector<double> reps;
   reps.reserve(o.resamples);
   for (std::size_t r = 0; r < o.resamples; ++r)
     // Uniform in [0, n) by modulo (the bias, below n / 2^64, is nil for episode counts).
     reps.push_back(
-        statistic([&](std::size_t s, std::size_t) { return static_cast<std::size_t>(rng.next() % b[s].size()); }));
+        statistic([&](std::size_t s, std::size_t) { return asked[s][rng.next() % asked[s].size()]; }));
   if (reps.empty()) {
     out.lower = out.upper = out.estimate;
     return out;

@@ -46,13 +46,16 @@ def quantile(v, q):
 
 def bootstrap(b, a=None, which=(0, 1)):
     """b, a: strata (lists per tier) of per-episode [probes, recalled, survived, unpinned probes, unpinned recalled].
-    Returns (estimate, lower, upper) of recall(b) - recall(a) (or of recall(b))."""
+    Returns (estimate, lower, upper) of recall(b) - recall(a) (or of recall(b)). Episodes without probes (of the
+    measure `which` reads) are left out of the resampling, as in tools/eval/bootstrap.hpp."""
     t, h = which
+    asked = [[k for k in range(len(eps)) if eps[k][t] > 0 or (a is not None and a[s][k][t] > 0)]
+             for s, eps in enumerate(b)]
 
     def stat(pick):
         hb = tb = ha = ta = 0
-        for s, eps in enumerate(b):
-            for k in range(len(eps)):
+        for s in range(len(b)):
+            for k in range(len(asked[s])):
                 e = pick(s, k)
                 hb += b[s][e][h]
                 tb += b[s][e][t]
@@ -62,9 +65,9 @@ def bootstrap(b, a=None, which=(0, 1)):
         rb = hb / tb if tb else 0.0
         return rb - ((ha / ta if ta else 0.0) if a is not None else 0.0)
 
-    est = stat(lambda s, k: k)
+    est = stat(lambda s, k: asked[s][k])
     rng = SplitMix64(SEED)
-    reps = [stat(lambda s, k: rng.next() % len(b[s])) for _ in range(RESAMPLES)]
+    reps = [stat(lambda s, k: asked[s][rng.next() % len(asked[s])]) for _ in range(RESAMPLES)]
     return est, quantile(reps, 0.025), quantile(reps, 0.975)
 
 
