@@ -575,6 +575,57 @@ TEST(EvalHarness, RecordsTheFullCacheRunAsATrace) {
     }
 }
 
+// A re-read `query key value` in the tokens is logged as a reference of its fact at the step that appends the
+// query token (calibration's reference estimator reads these); --no-trace-attention leaves the rows out and nothing
+// else.
+TEST(EvalHarness, RecordedTracesLogInlineRereadsAsReferences) {
+  json j = make_file(1);
+  auto& ep = j["episodes"][0];
+  const json fact = ep["probes"][0];  // a system fact
+  const std::uint32_t fact_first = fact["fact_first"];
+  const auto& segs = ep["segments"];
+  const json tool_in = segs[6], last = segs[segs.size() - 1];
+  ASSERT_EQ(tool_in["region"], "tool_in");
+  // the generated tool_in segment's last 3 tokens, and 3 tokens before the end of the last segment: filler there
+  const std::uint32_t at[2] = {tool_in["first"].get<std::uint32_t>() + tool_in["length"].get<std::uint32_t>() - 3,
+                               last["first"].get<std::uint32_t>() + last["length"].get<std::uint32_t>() - 4};
+  for (auto a : at) {
+    for (std::uint32_t k = 0; k < 3; ++k) ASSERT_GE(ep["tokens"][a + k].get<int>(), 256) << a + k;
+    ep["tokens"][a] = 2;
+    ep["tokens"][a + 1] = fact["key"];
+    ep["tokens"][a + 2] = fact["answer"];
+  }
+  const auto f = ev::parse_episodes(j, "t.json");
+  const auto found = ev::find_rereads(f.episodes[0], 2);
+  ASSERT_EQ(found.size(), 2u);
+  const auto sch = ev::make_schedule(f.episodes[0], 32);
+  auto step_of = [&](std::uint32_t pos) {
+    for (std::size_t i = 0; i < sch.steps.size(); ++i)
+      if (pos < sch.steps[i].end()) return static_cast<md::step_t>(i);
+    return md::step_t{0};
+  };
+  for (bool attention : {true, false}) {
+    ev::eval_settings s;
+    s.budgets = {0.5};
+    s.trace_attention = attention;
+    auto r = run(f, {named("memdecay-none", 16, s)}, s, 1, /*trace_episodes=*/1);
+    ASSERT_EQ(r[0].trace.size(), 1u);
+    const auto& events = r[0].trace[0].events;
+    std::vector<md::trace::reference> refs;
+    for (const auto& e : events)
+      if (const auto* x = std::get_if<md::trace::reference>(&e)) refs.push_back(*x);
+    ASSERT_EQ(refs.size(), 2u);
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(found[k].at, at[k]);
+      EXPECT_EQ(found[k].fact_first, fact_first);
+      EXPECT_EQ(refs[k], (md::trace::reference{step_of(at[k]), fact_first, 2})) << k;
+    }
+    EXPECT_EQ(r[0].trace[0].count_attention(), attention ? sch.steps.size() : 0u);
+    EXPECT_EQ(r[0].trace[0].count_probes(), f.episodes[0].probes.size());
+    (void)md::trace::encode(ev::make_trace_file("tier-450", 2, std::move(r[0].trace)));  // valid
+  }
+}
+
 // --- the real engine (tools/eval/engine/kv_session.hpp) ----------------------------------------------------------
 
 #if __has_include("../../tools/eval/engine/kv_session.hpp")

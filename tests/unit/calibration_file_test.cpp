@@ -251,7 +251,8 @@ TEST(CalibrationFile, RejectsMalformedAndOutOfRangeFilesWithClearErrors) {
   expect_rejected([](json& j) { j["provenance"]["model"] = 3; }, "provenance.model: a number 3 (must be a string)");
   expect_rejected(
       [](json& j) { j["estimator"]["method"] = "ols"; },
-      "estimator.method: 'ols' (this reader knows 'refresh-interval-mle-jackknife' and 'wls-excess-decay-jackknife')");
+      "estimator.method: 'ols' (this reader knows 'refresh-interval-mle-jackknife', "
+      "'reference-interval-mle-jackknife' and 'wls-excess-decay-jackknife')");
   expect_rejected([](json& j) { j["estimator"]["passes"] = 0; }, "estimator: passes = 0 (must be in [1, 64])");
   expect_rejected([](json& j) { j["estimator"]["sink_positions"] = 5000000000ULL; },
                   "estimator.sink_positions: 5000000000 (at most 4294967295)");

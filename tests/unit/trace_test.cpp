@@ -19,7 +19,7 @@ namespace tr = memdecay::trace;
 
 namespace {
 
-// A small valid trace: two layers, dense and sparse rows, three regions, two probes, two episodes.
+// A small valid trace: two layers, dense and sparse rows, three regions, two probes, a reference, two episodes.
 tr::trace_file sample() {
   tr::trace_file f;
   f.label = "sample";
@@ -38,6 +38,7 @@ tr::trace_file sample() {
   a.events.emplace_back(tr::probe{2, 0, 1, 5, 3});
   a.events.emplace_back(tr::segment{3, 2, 2});
   a.events.emplace_back(tr::probe{3, 1, 2, 10, 2});
+  a.events.emplace_back(tr::reference{4, 5, 3});
   tr::episode b;
   b.name = "b";
   b.events.emplace_back(tr::segment{5, 2, 1});
@@ -74,10 +75,10 @@ struct builder {
     for (char c : s) u8(static_cast<std::uint8_t>(c));
     return *this;
   }
-  // magic, version 1, flags 0, `layers`, label "t", regions "a" and "b", `episodes`
-  builder& header(std::uint32_t layers = 1, std::uint32_t episodes = 1) {
+  // magic, `version`, flags 0, `layers`, label "t", regions "a" and "b", `episodes`
+  builder& header(std::uint32_t layers = 1, std::uint32_t episodes = 1, std::uint32_t version = 2) {
     text(std::string("MDTRACE") + '\0');
-    u32(1).u32(0).u32(layers).u16(1).text("t").u16(2).u8(1).text("a").u8(1).text("b");
+    u32(version).u32(0).u32(layers).u16(1).text("t").u16(2).u8(1).text("a").u8(1).text("b");
     return u32(episodes);
   }
   builder& episode(std::uint32_t events) { return u16(1).text("e").u64(7).u32(events); }
@@ -87,6 +88,9 @@ struct builder {
   builder& attention(std::uint32_t step, std::uint32_t context) { return u8(2).u32(step).u32(context); }
   builder& probe(std::uint32_t step, std::uint32_t id, std::uint8_t region, std::uint32_t first, std::uint32_t length) {
     return u8(3).u32(step).u32(id).u8(region).u32(first).u32(length);
+  }
+  builder& reference(std::uint32_t step, std::uint32_t first, std::uint32_t length) {
+    return u8(4).u32(step).u32(first).u32(length);
   }
 };
 
@@ -118,14 +122,15 @@ TEST(TraceFormat, RoundTripInMemory) {
   EXPECT_EQ(tr::encode(*r.file), bytes);
   EXPECT_EQ(r.file->count_probes(), 2u);
   EXPECT_EQ(r.file->episodes[0].total_tokens(), 12u);
-  EXPECT_EQ(r.file->episodes[0].last_step(), 3u);
+  EXPECT_EQ(r.file->episodes[0].last_step(), 4u);
+  EXPECT_EQ(r.file->episodes[0].count_references(), 1u);
 }
 
 TEST(TraceFormat, HeaderBytesAreAsDocumented) {
   const auto bytes = tr::encode(sample());
   ASSERT_GE(bytes.size(), 24u);
   EXPECT_EQ(std::memcmp(bytes.data(), "MDTRACE\0", 8), 0);
-  EXPECT_EQ(std::to_integer<int>(bytes[8]), 1);  // version, little-endian
+  EXPECT_EQ(std::to_integer<int>(bytes[8]), 2);  // version, little-endian
   EXPECT_EQ(std::to_integer<int>(bytes[9]), 0);
   EXPECT_EQ(std::to_integer<int>(bytes[16]), 2);  // layers
   EXPECT_EQ(std::to_integer<int>(bytes[20]), 6);  // label length "sample"
@@ -171,8 +176,11 @@ TEST(TraceReader, RejectsEmptyAndBadMagic) {
 
 TEST(TraceReader, RejectsVersionAndFlags) {
   builder v;
-  v.text(std::string("MDTRACE") + '\0').u32(2);
-  expect_rejected(v, 8, "unsupported version 2");
+  v.text(std::string("MDTRACE") + '\0').u32(3);
+  expect_rejected(v, 8, "unsupported version 3 (this reader reads versions 1 to 2)");
+  builder zero;
+  zero.text(std::string("MDTRACE") + '\0').u32(0);
+  expect_rejected(zero, 8, "unsupported version 0");
   builder f;
   f.text(std::string("MDTRACE") + '\0').u32(1).u32(4);
   expect_rejected(f, 12, "flags = 4");
@@ -336,6 +344,42 @@ TEST(TraceReader, RejectsBadProbes) {
   expect_rejected(unknown, at, "region id 5 is not in the region table");
 }
 
+TEST(TraceReader, ReadsVersionOneFilesAndRefusesReferencesInThem) {
+  builder one;
+  one.header(1, 1, 1).episode(2).segment(0, 1, 4).probe(1, 0, 1, 0, 2);
+  const auto r = tr::parse(one.out);
+  ASSERT_TRUE(r.ok()) << r.error->message;
+  EXPECT_EQ(r.file->episodes[0].events.size(), 2u);
+  builder refs;
+  refs.header(1, 1, 1).episode(2).segment(0, 1, 4);
+  const auto at = refs.at();
+  refs.reference(1, 0, 2);
+  expect_rejected(refs, at, "event 1: unknown event tag 4 (version 1: 1 segment, 2 attention, 3 probe)");
+}
+
+TEST(TraceReader, RejectsBadReferences) {
+  builder beyond;
+  beyond.header().episode(2).segment(0, 1, 4);
+  auto at = beyond.at() + 1;
+  beyond.reference(1, 2, 3);
+  expect_rejected(beyond, at, "reference covers positions [2, 5) but only 4 tokens were appended before it");
+  builder empty;
+  empty.header().episode(2).segment(0, 1, 4);
+  at = empty.at() + 1;
+  empty.reference(1, 0, 0);
+  expect_rejected(empty, at, "reference has length 0");
+  builder back;
+  back.header().episode(2).segment(3, 1, 4);
+  at = back.at() + 1;
+  back.reference(2, 0, 1);
+  expect_rejected(back, at, "step 2 goes backwards (previous event at step 3)");
+  builder cut;
+  cut.header().episode(2).segment(0, 1, 4).u8(4).u32(1).u32(0);
+  const auto length_at = cut.at();
+  cut.u8(0);  // one byte of the length: the event count still fits, the field does not
+  expect_rejected(cut, length_at, "truncated: reference length needs 4 bytes, the file ends after 1");
+}
+
 TEST(TraceReader, EveryTruncationIsRejectedWithoutCrashing) {
   const auto bytes = tr::encode(sample());
   for (std::size_t n = 0; n < bytes.size(); ++n) {
@@ -403,6 +447,12 @@ TEST(TraceCheck, InMemoryViolationsAreNamedAndEncodeRefuses) {
   std::get<tr::probe>(bad.episodes[0].events[3]).region = 0;
   ASSERT_TRUE((e = tr::check(bad)));
   EXPECT_EQ(e->message, "episode 0: event 3: probe 0 says region 0 but position 5 belongs to region 1");
+
+  bad = f;
+  std::get<tr::reference>(bad.episodes[0].events[6]).length = 8;
+  ASSERT_TRUE((e = tr::check(bad)));
+  EXPECT_EQ(e->message, "episode 0: event 6: reference covers positions [5, 13) but only 12 tokens were appended "
+                        "before it");
 
   bad = f;
   bad.region_names.push_back("system");

@@ -229,7 +229,8 @@ int self_test(const options& o) {
   std::printf(
       "| estimator | region | true half-life | calibrated | mean fitted | bias | rmse | 95%% coverage |\n"
       "|---|---|---:|---:|---:|---:|---:|---:|\n");
-  for (auto method : {cal::estimator_method::refresh_intervals, cal::estimator_method::excess_decay}) {
+  for (auto method : {cal::estimator_method::refresh_intervals, cal::estimator_method::references,
+                      cal::estimator_method::excess_decay}) {
     auto est = o.est;
     est.method = method;
     if (o.sparse_top_k && method == cal::estimator_method::excess_decay) continue;  // refused: needs dense rows
@@ -301,7 +302,7 @@ int run(options& o) {
   if (auto m = cal::estimator_method_from_string(o.method))
     o.est.method = *m;
   else
-    throw md::input_error("--method '" + o.method + "': expected intervals or decay");
+    throw md::input_error("--method '" + o.method + "': expected intervals, references or decay");
   o.est.validate();
 
   std::vector<tr::trace_file> files;
@@ -398,6 +399,7 @@ int main(int argc, char** argv) {
   app.add_option("--tau", o.tau, "Runtime tau (recorded, not fitted)")->capture_default_str();
   app.add_option("--method", o.method,
                  "intervals: fit the time between a token's refreshes (what MemDecay's clock models; the default); "
+                 "references: the time between the workload's references of a token (trace reference events); "
                  "decay: fit the fading of mean excess attention with age (docs/calibration.md)")
       ->capture_default_str();
   app.add_option("--refresh-threshold", o.est.refresh_threshold,

@@ -356,6 +356,30 @@ inline episode_file read_episodes(const std::filesystem::path& path) {
   return parse_episodes(s.str(), path.string());
 }
 
+/// An inline re-read found in an episode's tokens: `query key value` at positions [at, at + 3), of the fact `key
+/// value` planted at [fact_first, fact_first + 2) (the key's first occurrence not right after a query).
+struct reread {
+  std::uint32_t at = 0;
+  std::uint32_t fact_first = 0;
+};
+
+/// Every inline re-read of `ep`, in position order. Found in the tokens, so any file in the public schema has them;
+/// a query whose key was never planted, or that the episode cuts after its key, is not one.
+[[nodiscard]] inline std::vector<reread> find_rereads(const episode& ep, std::int32_t query) {
+  std::vector<reread> out;
+  std::map<std::int32_t, std::uint32_t> planted;  // key -> position of the fact `key value`
+  for (std::size_t j = 0; j + 1 < ep.tokens.size(); ++j) {
+    const bool after_query = j > 0 && ep.tokens[j - 1] == query;
+    if (ep.tokens[j] == query) {
+      const auto it = planted.find(ep.tokens[j + 1]);
+      if (it != planted.end()) out.push_back({static_cast<std::uint32_t>(j), it->second});
+    } else if (!after_query && !planted.contains(ep.tokens[j])) {
+      planted.emplace(ep.tokens[j], static_cast<std::uint32_t>(j));
+    }
+  }
+  return out;
+}
+
 }  // namespace memdecay_eval
 
 #endif  // MEMDECAY_TOOLS_EVAL_EPISODES_HPP

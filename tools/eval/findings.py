@@ -252,29 +252,40 @@ def main():
         say("```")
         say("".join(l for l in open(tuned) if l.startswith("best")).rstrip())
         say("```\n")
-    say("### Calibrated half-lives on the training split's traces (steps; generating profile beside)\n")
-    say("| region | generating | default | " + " | ".join(MODELS) + " |")
-    say("|---|---:|---:|" + "---:|" * len(MODELS))
+    say("### Calibrated half-lives (steps; generating profile beside)\n")
+    say("Attention (refresh intervals) on the training split's full-cache traces, per model; references (the inline "
+        "re-reads an engine logs) on the calibration split, the same for both models.\n")
     cal = {}
     for m in MODELS:
         p = os.path.join(d, f"{m}.calibration.json")
         if os.path.exists(p):
             cal[m] = {r["name"]: r for r in json.load(open(p)).get("regions", [])}
+    ref_path = os.path.join(d, "references.calibration.json")
+    ref = {r["name"]: r for r in json.load(open(ref_path)).get("regions", [])} if os.path.exists(ref_path) else {}
+    say("| region | generating | default | " + " | ".join(f"{m}: attention" for m in MODELS) +
+        " | references | references / generating |")
+    say("|---|---:|---:|" + "---:|" * len(MODELS) + "---:|---:|")
+
+    def fitted(r):
+        fit = (r or {}).get("fit") or {}
+        if not r:
+            return "-"
+        if fit.get("status") == "calibrated":
+            iv = fit.get("half_life_ci")
+            if isinstance(iv, dict):
+                iv = [iv.get("lower"), iv.get("upper")]
+            return (f"{fit['half_life']:.1f} [{iv[0]:.1f}, {iv[1]:.1f}]" if iv and iv[0] is not None
+                    else f"{fit['half_life']:.1f}")
+        # the reason's head: "too noisy", "no decay measured", "too few refresh intervals", "unstable"
+        return "uncalibrated (" + str(fit.get("reason", "")).split(":")[0].split(" (")[0] + ")"
+
     for g in REGIONS:
-        cells = []
-        for m in MODELS:
-            r = cal.get(m, {}).get(g)
-            fit = (r or {}).get("fit") or {}
-            if not r:
-                cells.append("-")
-            elif fit.get("status") == "calibrated":
-                iv = fit.get("half_life_ci")
-                if isinstance(iv, dict):
-                    iv = [iv.get("lower"), iv.get("upper")]
-                cells.append(f"{fit['half_life']:.1f} [{iv[0]:.1f}, {iv[1]:.1f}]" if iv and iv[0] is not None
-                             else f"{fit['half_life']:.1f}")
-            else:  # the reason's head: "too noisy", "no decay measured", "too few refresh intervals", "unstable"
-                cells.append("uncalibrated (" + str(fit.get("reason", "")).split(":")[0].split(" (")[0] + ")")
+        cells = [fitted(cal.get(m, {}).get(g)) for m in MODELS]
+        r = ref.get(g)
+        cells.append(fitted(r))
+        fit = (r or {}).get("fit") or {}
+        calibrated = fit.get("status") == "calibrated"
+        cells.append(f"{fit['half_life'] / GENERATING_HALF_LIFE[g]:.2f}" if calibrated else "-")
         say(f"| {g} | {GENERATING_HALF_LIFE[g]} | {DEFAULT_HALF_LIFE[g]} | " + " | ".join(cells) + " |")
     train = sorted(glob.glob(os.path.join(d, "train", "episodes-need-*.json")))
     if train and cal:

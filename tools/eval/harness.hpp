@@ -113,6 +113,11 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
   Session session = make(page_size, n);
   std::vector<float> row;
   if (fork) out.mass.resize(sch.steps.size());
+  // The trace logs each inline re-read as a reference of its fact (the workload's own references, for calibration's
+  // reference estimator), at the step that appends its query token: when the need arises, as the need-aligned
+  // generator draws it (python/episodes.py: a re-read starts at the first step at or after its drawn time).
+  const std::vector<reread> rereads = trace ? find_rereads(ep, vocab.query) : std::vector<reread>{};
+  std::size_t next_reread = 0;
   for (std::size_t i = 0; i < sch.steps.size(); ++i) {
     const auto& st = sch.steps[i];
     if constexpr (std::is_copy_constructible_v<Session>)
@@ -127,11 +132,16 @@ full_run<Session> run_full(const episode& ep, const schedule& sch, const episode
     if (fork) out.mass[i] = row;
     if (trace) {
       trace->events.emplace_back(md::trace::segment{static_cast<md::step_t>(i), st.region, st.count});
-      md::trace::attention a;
-      a.step = static_cast<md::step_t>(i);
-      a.context = st.end();
-      for (auto& layer : r.layer_mass) a.layers.push_back({.sparse = false, .positions = {}, .mass = std::move(layer)});
-      trace->events.emplace_back(std::move(a));
+      if (s.trace_attention) {
+        md::trace::attention a;
+        a.step = static_cast<md::step_t>(i);
+        a.context = st.end();
+        for (auto& layer : r.layer_mass)
+          a.layers.push_back({.sparse = false, .positions = {}, .mass = std::move(layer)});
+        trace->events.emplace_back(std::move(a));
+      }
+      for (; next_reread < rereads.size() && rereads[next_reread].at < st.end(); ++next_reread)
+        trace->events.emplace_back(md::trace::reference{static_cast<md::step_t>(i), rereads[next_reread].fact_first, 2});
     }
     for (std::size_t k : sch.probes_after[i]) {
       const auto& p = ep.probes[k];

@@ -62,6 +62,7 @@ struct options {
   std::vector<std::string> plot_policies;
   std::string traces_dir;
   std::size_t trace_episodes = 24;
+  bool no_trace_attention = false;
   std::vector<std::string> calibrations;
   std::size_t recent_tokens = 16, sink_pages = 0, prefill_chunk = 32;
   bool pin_plan = false, no_fork = false;
@@ -259,6 +260,7 @@ int run(options& o) {
   settings.prefill_chunk = o.prefill_chunk;
   settings.protection = {.sink_pages = o.sink_pages, .recent_tokens = o.recent_tokens};
   settings.fork = !o.no_fork;
+  settings.trace_attention = !o.no_trace_attention;
   if (o.pin_plan) settings.region_overrides.push_back({.region = "plan", .pinned = true});
   if (o.prefill_chunk == 0) throw std::runtime_error("--prefill-chunk must be at least 1");
 
@@ -830,9 +832,12 @@ int main(int argc, char** argv) {
   app.add_option("--plot-policies", o.plot_policies, "Draw only these policies in --plot (default: all)")
       ->delimiter(',');
   app.add_option("--record-traces", o.traces_dir,
-                 "Write the full-cache runs' attention (per layer) as trace files DIR/<model>-tier-<n>.mdtrace, for "
-                 "memdecay-calibrate and memdecay-replay")
+                 "Write the full-cache runs (segments, attention per layer, the inline re-reads as reference events, "
+                 "probes) as trace files DIR/<model>-tier-<n>.mdtrace, for memdecay-calibrate and memdecay-replay")
       ->type_name("DIR");
+  app.add_flag("--no-trace-attention", o.no_trace_attention,
+               "Leave the attention rows out of --record-traces (what an engine that never sees attention logs: "
+               "enough for memdecay-calibrate --method references, a fraction of the bytes)");
   app.add_option("--trace-episodes", o.trace_episodes, "Episodes per model and tier to record with --record-traces")
       ->capture_default_str();
   app.add_option("--calibration", o.calibrations,

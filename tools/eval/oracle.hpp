@@ -428,18 +428,10 @@ inline std::vector<need> episode_needs(const episode& ep, std::span<const std::u
   auto step_of = [&](std::size_t pos) {  // the step that processes token `pos`
     return static_cast<std::size_t>(std::upper_bound(step_end.begin(), step_end.end(), pos) - step_end.begin());
   };
-  std::map<std::int32_t, std::uint32_t> planted;  // key -> position of the fact `key value`
-  for (std::size_t j = 0; j + 1 < ep.tokens.size(); ++j) {
-    const bool after_query = j > 0 && ep.tokens[j - 1] == query;
-    if (ep.tokens[j] == query) {
-      const auto it = planted.find(ep.tokens[j + 1]);
-      if (it == planted.end()) continue;
-      const std::size_t s = step_of(j + 1);
-      if (s == 0 || step_of(it->second + 1) >= s) continue;  // read in the step that planted it: always resident
-      out.push_back({s - 1, it->second, 2, 1, -1});
-    } else if (!after_query && !planted.contains(ep.tokens[j])) {
-      planted.emplace(ep.tokens[j], static_cast<std::uint32_t>(j));
-    }
+  for (const auto& r : find_rereads(ep, query)) {
+    const std::size_t s = step_of(r.at + 1);
+    if (s == 0 || step_of(r.fact_first + 1) >= s) continue;  // read in the step that planted it: always resident
+    out.push_back({s - 1, r.fact_first, 2, 1, -1});
   }
   const std::uint64_t probe_weight = out.size() + 1;
   for (std::size_t i = 0; i < probes_after.size(); ++i)

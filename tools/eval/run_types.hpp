@@ -43,6 +43,7 @@ struct eval_settings {
   bool fork = true;                    ///< start policy runs from the full cache at the first over-budget step
   std::size_t max_new = 1;             ///< tokens decoded per probe (the first must be the answer)
   std::size_t ceiling_page_size = 16;  ///< page size of the full-cache (ceiling) run
+  bool trace_attention = true;         ///< recorded traces carry the attention rows (else segments, references, probes)
   /// Test hook: every call of the unforked part of every policy run, in order (must be thread-safe when threads
   /// > 1). Empty in memdecay-eval.
   std::function<void(const std::string& config, double budget, const call_event&)> on_call{};

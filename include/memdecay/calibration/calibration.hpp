@@ -138,16 +138,27 @@ enum class estimator_method : std::uint8_t {
   /// On real models attention fades within a few steps of any reference, so this measures that fading, not how
   /// long a region stays needed; kept for comparison and for the synthetic generator, whose h_r is a fade.
   excess_decay,
+  /// Per token, the intervals between the workload's own references of it (trace reference events, format version
+  /// 2: the engine or orchestrator logs that a span was re-read, quoted or reopened), with its arrival as the first
+  /// reference, fitted by the same truncated, step-censored exponential likelihood as refresh_intervals. No
+  /// attention is read, so no spike of the model's can pass for a need; it needs traces that carry references.
+  references,
 };
 
 /// The method's name in calibration files and on the command line.
 [[nodiscard]] inline const char* to_string(estimator_method m) noexcept {
-  return m == estimator_method::excess_decay ? "wls-excess-decay-jackknife" : "refresh-interval-mle-jackknife";
+  switch (m) {
+    case estimator_method::excess_decay: return "wls-excess-decay-jackknife";
+    case estimator_method::references: return "reference-interval-mle-jackknife";
+    case estimator_method::refresh_intervals: break;
+  }
+  return "refresh-interval-mle-jackknife";
 }
 /// The method called `name` (its file name, or the short names `decay` and `intervals`), if there is one.
 [[nodiscard]] inline std::optional<estimator_method> estimator_method_from_string(std::string_view name) noexcept {
   if (name == "wls-excess-decay-jackknife" || name == "decay") return estimator_method::excess_decay;
   if (name == "refresh-interval-mle-jackknife" || name == "intervals") return estimator_method::refresh_intervals;
+  if (name == "reference-interval-mle-jackknife" || name == "references") return estimator_method::references;
   return std::nullopt;
 }
 
@@ -179,7 +190,8 @@ struct estimator_options {
     if (min_episodes < 2) return "min_episodes = " + to_text(min_episodes) + " (at least 2: the interval needs groups)";
     if (!(max_ci_ratio > 1.0) || !std::isfinite(max_ci_ratio))
       return "max_ci_ratio = " + to_text(max_ci_ratio) + " (must be finite and > 1)";
-    if (method != estimator_method::excess_decay && method != estimator_method::refresh_intervals)
+    if (method != estimator_method::excess_decay && method != estimator_method::refresh_intervals &&
+        method != estimator_method::references)
       return "method = " + to_text(static_cast<int>(method)) + " (unknown estimator)";
     if (!(refresh_threshold > 0.0) || !std::isfinite(refresh_threshold))
       return "refresh_threshold = " + to_text(refresh_threshold) + " (must be finite and > 0)";
@@ -549,15 +561,20 @@ struct interval_data {
   std::uint64_t samples = 0;
 };
 
+// What the interval estimators call the events that end an interval.
+inline std::string interval_noun(const estimator_options& o) {
+  return o.method == estimator_method::references ? "reference" : "refresh";
+}
+
 inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_options& o) {
   switch (f) {
     case intervals::rate_outcome::ok: return {};
-    case intervals::rate_outcome::too_few: return "no completed refresh intervals";
+    case intervals::rate_outcome::too_few: return "no completed " + interval_noun(o) + " intervals";
     case intervals::rate_outcome::at_min_half_life:
       return "refreshes faster than the search range (half-life below " + to_text(o.min_half_life) + " steps)";
     case intervals::rate_outcome::at_max_half_life:
-      return "no decay measured (refresh intervals no shorter than a spread over the episodes' remaining steps: "
-             "half-life beyond " +
+      return "no decay measured (" + interval_noun(o) +
+             " intervals no shorter than a spread over the episodes' remaining steps: half-life beyond " +
              to_text(o.max_half_life) + " steps)";
   }
   return {};
@@ -578,7 +595,7 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
     return out;
   };
   if (out.samples < o.min_intervals)
-    return refuse("too few refresh intervals (" + to_text(out.samples) + ", the minimum is " +
+    return refuse("too few " + interval_noun(o) + " intervals (" + to_text(out.samples) + ", the minimum is " +
                   to_text(o.min_intervals) + ")");
   if (out.episodes < o.min_episodes)
     return refuse("too few episodes (" + to_text(out.episodes) + ", the minimum is " + to_text(o.min_episodes) + ")");
@@ -649,6 +666,68 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
           ++d.samples;
           d.episode_seen[episode_index] = 1;
         }
+      }
+      ++episode_index;
+    }
+  }
+  std::vector<curve_fit> fits;
+  fits.reserve(data.size());
+  for (const auto& d : data) fits.push_back(finish_intervals(d, o));
+  return fits;
+}
+
+// Every region's fit of the reference estimator. Each reference event completes one interval of its span (in the
+// region of the span's first token): from the span's last reference, i.e. the latest arrival or reference of any
+// of its tokens (a fact is there once its last token is), to the event's step. The interval is known to a step: a
+// reference logged at step s happened in (s - 1, s] (a step clock processes what became due since the previous
+// step), and one after the episode's last step could not be logged, so each interval is truncated at the window
+// left when it started. The window closes at the episode's last segment, attention or reference event (probes are
+// side queries, not the workload's clock). A reference in the step of the span's last reference completes no
+// interval. Spans never referenced again contribute nothing: the likelihood is conditional on the next reference
+// falling inside the window, so how many spans are never needed again does not enter the rate.
+[[nodiscard]] inline std::vector<curve_fit> estimate_references(std::span<const trace::trace_file> traces,
+                                                                const estimator_options& o, std::size_t regions,
+                                                                std::size_t groups, std::size_t total_episodes) {
+  std::vector<interval_data> data(regions);
+  for (auto& d : data) {
+    d.groups.resize(groups);
+    d.episode_seen.assign(total_episodes, 0);
+  }
+  struct pending {
+    region_id region;
+    step_t start, at;
+  };
+  std::size_t episode_index = 0;
+  for (const auto& f : traces) {
+    for (const auto& ep : f.episodes) {
+      const std::size_t group = episode_index % groups;
+      std::vector<region_id> label;
+      std::vector<step_t> last_reference;
+      std::vector<pending> found;
+      step_t end = 0;
+      for (const auto& ev : ep.events) {
+        if (const auto* s = std::get_if<trace::segment>(&ev)) {
+          label.insert(label.end(), s->tokens, s->region);
+          last_reference.insert(last_reference.end(), s->tokens, s->step);
+          end = std::max(end, s->step);
+        } else if (const auto* a = std::get_if<trace::attention>(&ev)) {
+          end = std::max(end, a->step);
+        } else if (const auto* r = std::get_if<trace::reference>(&ev)) {
+          end = std::max(end, r->step);
+          const std::size_t first = r->first, last = first + r->length;
+          const step_t start = *std::max_element(last_reference.begin() + static_cast<std::ptrdiff_t>(first),
+                                                 last_reference.begin() + static_cast<std::ptrdiff_t>(last));
+          if (r->step > start) found.push_back({label[first], start, r->step});
+          std::fill(last_reference.begin() + static_cast<std::ptrdiff_t>(first),
+                    last_reference.begin() + static_cast<std::ptrdiff_t>(last), r->step);
+        }
+      }
+      for (const auto& p : found) {
+        auto& d = data[p.region];
+        const auto d_end = static_cast<double>(p.at - p.start);
+        d.groups[group].push_back({d_end - 1.0, d_end, static_cast<double>(end - p.start)});
+        ++d.samples;
+        d.episode_seen[episode_index] = 1;
       }
       ++episode_index;
     }
@@ -738,14 +817,16 @@ struct runtime_settings {
   }
   for (const auto& n : names)
     if (!base.find(n)) raise_input("calibration: trace region '" + n + "' is not in the base region table");
-  const bool per_layer = options.per_layer && layers > 1;
+  const bool by_references = options.method == estimator_method::references;
+  const bool per_layer = options.per_layer && layers > 1 && !by_references;  // references carry no layers
   const std::size_t channels = per_layer ? std::size_t{layers} + 1 : 1;  // 0: layer mean; 1 + l: layer l
   const std::size_t regions = names.size();
 
-  std::size_t total_episodes = 0;
+  std::size_t total_episodes = 0, references = 0;
   step_t last = 0;
   for (const auto& f : traces) {
     total_episodes += f.episodes.size();
+    for (const auto& e : f.episodes) references += e.count_references();
     for (const auto& e : f.episodes) {
       last = std::max(last, e.last_step());
       // Rows are expanded per token; the reader accepts run-length segments of billions of tokens.
@@ -754,6 +835,10 @@ struct runtime_settings {
                     " tokens (calibration handles at most " + to_text(max_episode_tokens) + " per episode)");
     }
   }
+  if (by_references && references == 0)
+    raise_input("calibration (method " + std::string(to_string(options.method)) +
+                "): the traces carry no reference events (trace format version 2: the spans the workload re-read); "
+                "record them, or calibrate from attention with the refresh-interval estimator");
   const std::uint64_t width =
       std::max<std::uint64_t>(1, (std::uint64_t{last} + options.max_age_bins) / options.max_age_bins);
   const std::size_t groups = std::max<std::size_t>(1, std::min<std::size_t>(options.jackknife_groups, total_episodes));
@@ -764,6 +849,8 @@ struct runtime_settings {
   const bool by_decay = options.method == estimator_method::excess_decay;
   if (by_decay)
     detail::require_dense_rows(traces);
+  else if (by_references)
+    fits = detail::estimate_references(traces, options, regions, groups, total_episodes);
   else
     fits = detail::estimate_intervals(traces, options, channels, regions, groups, total_episodes);
   std::vector<float> row;

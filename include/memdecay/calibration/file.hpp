@@ -316,16 +316,17 @@ class reader {
   }
 
   // The estimator's options. Files written before the refresh-interval estimator (method
-  // wls-excess-decay-jackknife) carry exactly the keys they always did; the refresh-interval method adds its three
-  // (required with it, unknown without it), so version 1 still reads every file it ever read.
+  // wls-excess-decay-jackknife) carry exactly the keys they always did; the refresh-interval and reference methods
+  // add their three (required with them, unknown without them), so version 1 still reads every file it ever read.
   bool estimator_of(const json& e, const std::string& path, estimator_options& o) {
     if (!e.is_object()) return fail(path, std::string(type_name(e)) + " (must be an object)");
     std::string method;
     if (!string(e, "method", path, method)) return false;
     const auto m = estimator_method_from_string(method);
-    if (!m || method == "decay" || method == "intervals")
+    if (!m || method == "decay" || method == "intervals" || method == "references")
       return fail(join(path, "method"), "'" + method + "' (this reader knows '" +
-                                            std::string(to_string(estimator_method::refresh_intervals)) + "' and '" +
+                                            std::string(to_string(estimator_method::refresh_intervals)) + "', '" +
+                                            std::string(to_string(estimator_method::references)) + "' and '" +
                                             std::string(to_string(estimator_method::excess_decay)) + "')");
     o.method = *m;
     if (*m == estimator_method::excess_decay) {

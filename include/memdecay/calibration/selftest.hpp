@@ -16,8 +16,9 @@
 // times log-normal noise exp(noise_sigma * z), normalised to what the row's re-references leave: a token
 // re-referenced at a step takes `burst_level` in uniform units (at most `burst_cap` of the row for all of them),
 // as a query's attention concentrates on what it reads.
-// Every `fact_every`-th token is a fact (draws re-references), the rest filler; a prompt is prefilled at step 0. The refresh-interval estimator's truth is
-// refresh_half_life, the excess-decay estimator's is fade_half_life (equal by default, so both answer the same
+// Every `fact_every`-th token is a fact (draws re-references), the rest filler; a prompt is prefilled at step 0.
+// Each re-reference is also logged as a reference event. The refresh-interval and reference estimators' truth is
+// refresh_half_life, the excess-decay estimator's is fade_half_life (equal by default, so all three answer the same
 // question on the same traces). memdecay-calibrate --self-test prints the measurement; docs/calibration.md has it.
 #ifndef MEMDECAY_CALIBRATION_SELFTEST_HPP
 #define MEMDECAY_CALIBRATION_SELFTEST_HPP
@@ -140,6 +141,7 @@ struct synthetic_config {
           any = true;
           ref[j] = t;
           draw_next(j, t);
+          ep.events.emplace_back(trace::reference{t, static_cast<std::uint32_t>(j), 1});
         }
       trace::attention a{t, static_cast<std::uint32_t>(n), {}};
       for (std::uint32_t l = 0; l < c.layers; ++l) {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay: agent traces: the in-memory model, the binary writer and the validating reader (format version 1).
+// memdecay: agent traces: the in-memory model, the binary writer and the validating reader (format versions 1, 2).
 //
 // A trace file holds one or more episodes under a label (for example the context tier). An episode is a stream
 // of events in time order:
@@ -7,7 +7,8 @@
 //               previous segment);
 //   attention : at a step, the attention mass one query put on every position appended so far, one row per layer
 //               (dense, or sparse: positions and masses); positions are absolute, never resident indices;
-//   probe     : at a step, a fact held by the tokens [first, first + length) of one region is queried.
+//   probe     : at a step, a fact held by the tokens [first, first + length) of one region is queried;
+//   reference : at a step, the workload referenced the tokens [first, first + length) again (version 2).
 // docs/trace-format.md specifies every byte. The reader never trusts a count before checking that the bytes it
 // announces are there, so arbitrary input is rejected with a message naming the byte offset, the episode, the
 // event and the field; it never crashes and never allocates more than the file's size justifies.
@@ -46,8 +47,10 @@ namespace memdecay::trace {
 
 /// The first eight bytes of every trace file.
 inline constexpr char magic[8] = {'M', 'D', 'T', 'R', 'A', 'C', 'E', '\0'};
-/// The format version this header writes and reads.
-inline constexpr std::uint32_t format_version = 1;
+/// The format version this header writes (and the newest it reads). Version 2 adds reference events.
+inline constexpr std::uint32_t format_version = 2;
+/// The oldest format version this header reads.
+inline constexpr std::uint32_t oldest_format_version = 1;
 /// Limits the reader enforces (a file beyond them is rejected, not truncated).
 inline constexpr std::uint32_t max_layers = 4096;
 inline constexpr std::size_t max_name_bytes = 65535;
@@ -55,7 +58,7 @@ inline constexpr std::size_t max_region_name_bytes = 255;
 inline constexpr std::size_t max_regions = 256;
 
 /// Event tags on disk.
-enum class event_kind : std::uint8_t { segment = 1, attention = 2, probe = 3 };
+enum class event_kind : std::uint8_t { segment = 1, attention = 2, probe = 3, reference = 4 };
 
 /// `tokens` tokens of region `region` enter the cache at `step`, at the next absolute positions.
 struct segment {
@@ -110,7 +113,19 @@ struct probe {
   friend bool operator==(const probe&, const probe&) = default;
 };
 
-using event = std::variant<segment, attention, probe>;
+/// The engine (or its orchestrator) referenced tokens [first, first + length) again at `step`: the agent re-read a
+/// fact, quoted a tool output, reopened a document. What the model attends to is in the attention events; this is
+/// what the workload itself did, which an engine that never sees attention can still log. Calibration's reference
+/// estimator fits each region's lifetime to the intervals between a token's references (docs/calibration.md).
+/// Format version 2.
+struct reference {
+  step_t step = 0;
+  std::uint32_t first = 0;
+  std::uint32_t length = 0;
+  friend bool operator==(const reference&, const reference&) = default;
+};
+
+using event = std::variant<segment, attention, probe, reference>;
 
 /// One agent episode.
 struct episode {
@@ -129,6 +144,10 @@ struct episode {
   [[nodiscard]] std::size_t count_probes() const noexcept {
     return static_cast<std::size_t>(
         std::count_if(events.begin(), events.end(), [](const event& e) { return std::holds_alternative<probe>(e); }));
+  }
+  [[nodiscard]] std::size_t count_references() const noexcept {
+    return static_cast<std::size_t>(std::count_if(events.begin(), events.end(),
+                                                  [](const event& e) { return std::holds_alternative<reference>(e); }));
   }
   [[nodiscard]] std::size_t count_attention() const noexcept {
     return static_cast<std::size_t>(std::count_if(events.begin(), events.end(),
@@ -269,6 +288,14 @@ class episode_checker {
       if (it->region != p.region)
         return "probe " + num(p.id) + " says region " + num(p.region) + " but position " +
                num(std::max<std::uint64_t>(it->start, p.first)) + " belongs to region " + num(it->region);
+    return {};
+  }
+  std::string reference(const trace::reference& r) {
+    if (auto e = step(r.step); !e.empty()) return e;
+    if (r.length == 0) return "reference has length 0";
+    if (std::uint64_t{r.first} + r.length > appended_)
+      return "reference covers positions [" + num(r.first) + ", " + num(std::uint64_t{r.first} + r.length) +
+             ") but only " + num(appended_) + " tokens were appended before it";
     return {};
   }
   [[nodiscard]] std::uint64_t appended() const noexcept { return appended_; }
@@ -428,8 +455,10 @@ class parser {
     if (std::memcmp(m.data(), magic, 8) != 0) return check("bad magic (not a memdecay trace file)");
     std::uint32_t version = 0, flags = 0;
     if (!u32(version, "version")) return false;
-    if (version != format_version)
-      return check("unsupported version " + num(version) + " (this reader reads version " + num(format_version) + ")");
+    if (version < oldest_format_version || version > format_version)
+      return check("unsupported version " + num(version) + " (this reader reads versions " +
+                   num(oldest_format_version) + " to " + num(format_version) + ")");
+    version_ = version;
     if (!u32(flags, "flags")) return false;
     if (flags != 0) return check("flags = " + num(flags) + " (reserved, must be 0)");
     if (!u32(f.layers, "layer count")) return false;
@@ -518,8 +547,21 @@ class parser {
         ep.events.emplace_back(p);
         return true;
       }
+      case event_kind::reference: {
+        if (version_ < 2) break;
+        trace::reference x;
+        const auto at = r_.offset();
+        if (!u32(x.step, "reference step") || !u32(x.first, "reference first position") ||
+            !u32(x.length, "reference length"))
+          return false;
+        field_at_ = at;
+        if (!check(checker.reference(x))) return false;
+        ep.events.emplace_back(x);
+        return true;
+      }
     }
-    return check("unknown event tag " + num(tag) + " (1 segment, 2 attention, 3 probe)");
+    return check("unknown event tag " + num(tag) + (version_ < 2 ? " (version 1: 1 segment, 2 attention, 3 probe)"
+                                                                  : " (1 segment, 2 attention, 3 probe, 4 reference)"));
   }
 
   bool row(std::uint32_t context, attention_row& out) {
@@ -556,6 +598,7 @@ class parser {
   }
 
   byte_reader r_;
+  std::uint32_t version_ = format_version;
   std::string where_;
   std::uint64_t field_at_ = 0;
   error_info error_;
@@ -604,6 +647,8 @@ struct parse_result {
         why = checker.segment(*s);
       } else if (const auto* p = std::get_if<probe>(&ep.events[k])) {
         why = checker.probe(*p);
+      } else if (const auto* x = std::get_if<reference>(&ep.events[k])) {
+        why = checker.reference(*x);
       } else {
         const auto& a = std::get<attention>(ep.events[k]);
         why = checker.attention_header(a.step, a.context, a.layers.size());
@@ -638,7 +683,7 @@ struct parse_result {
   return std::nullopt;
 }
 
-/// Encodes a trace (format version 1). trace_error, writing nothing, when check() finds it invalid.
+/// Encodes a trace (format version 2). trace_error, writing nothing, when check() finds it invalid.
 [[nodiscard]] inline std::vector<std::byte> encode(const trace_file& f) {
   if (auto e = check(f)) detail::raise_trace("cannot encode trace '" + f.label + "': " + e->message, 0);
   detail::byte_writer w;
@@ -672,6 +717,11 @@ struct parse_result {
         w.u8(p->region);
         w.u32(p->first);
         w.u32(p->length);
+      } else if (const auto* x = std::get_if<reference>(&ev)) {
+        w.u8(static_cast<std::uint8_t>(event_kind::reference));
+        w.u32(x->step);
+        w.u32(x->first);
+        w.u32(x->length);
       } else {
         const auto& a = std::get<attention>(ev);
         w.u8(static_cast<std::uint8_t>(event_kind::attention));
