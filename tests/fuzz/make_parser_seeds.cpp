@@ -38,6 +38,7 @@ static tr::trace_file small_trace() {
   a.layers.push_back({true, {1, 4}, {0.75f, 0.25f}});
   ep.events.emplace_back(a);
   ep.events.emplace_back(tr::probe{3, 7, 1, 3, 2});
+  ep.events.emplace_back(tr::reference{3, 1, 3});
   ep.events.emplace_back(tr::segment{4, 2, 1});
   f.episodes.push_back(ep);
   tr::episode empty;
@@ -88,7 +89,8 @@ static cal::calibration small_calibration() {
 
 int main() {
   const std::string td = "tests/fuzz/corpus/trace/", cd = "tests/fuzz/corpus/calibration/";
-  // Traces: valid files from the writer, then truncated and corrupted copies.
+  // Traces: valid files from the writer (version 2), then truncated and corrupted copies. The version-1 files the
+  // writer wrote before reference events (seed_version1_*) stay in the corpus as they are.
   const auto full = tr::encode(small_trace());
   write_bytes(td + "seed_valid_two_layers", full);
   tr::trace_file minimal;
@@ -97,7 +99,9 @@ int main() {
   write_bytes(td + "seed_valid_no_episodes", tr::encode(minimal));
   tr::trace_file one = minimal;
   one.episodes.push_back(
-      {"solo", 1, {tr::segment{0, 0, 4}, tr::attention{0, 4, {{false, {}, {1, 2, 3, 4}}}}, tr::probe{1, 0, 0, 0, 4}}});
+      {"solo", 1,
+       {tr::segment{0, 0, 4}, tr::attention{0, 4, {{false, {}, {1, 2, 3, 4}}}}, tr::reference{1, 2, 2},
+        tr::probe{1, 0, 0, 0, 4}}});
   write_bytes(td + "seed_valid_one_layer", tr::encode(one));
   write_bytes(td + "bad_truncated_header", std::vector<std::byte>(full.begin(), full.begin() + 20));
   write_bytes(td + "bad_truncated_in_attention", std::vector<std::byte>(full.begin(), full.end() - 9));

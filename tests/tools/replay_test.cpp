@@ -134,6 +134,23 @@ TEST(Replay, TinyTraceMatchesTheHandComputation) {
   }
 }
 
+TEST(Replay, ReferenceEventsChangeNothing) {
+  // References (version 2) are the workload's re-reads, for calibration; replay scores by attention alone.
+  auto with = tiny();
+  auto& ev = with.episodes[0].events;
+  ev.insert(ev.begin() + 3, tr::event{tr::reference{2, 5, 2}});
+  ev.insert(ev.begin() + 8, tr::event{tr::reference{4, 8, 4}});
+  ASSERT_FALSE(tr::check(with).has_value()) << tr::check(with)->message;
+  for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform}) {
+    const auto a = rp::replay_tier(tiny(), rp::memdecay_policy(mode), 0.5, tiny_settings());
+    const auto b = rp::replay_tier(with, rp::memdecay_policy(mode), 0.5, tiny_settings());
+    EXPECT_EQ(a.survived, b.survived);
+    EXPECT_EQ(a.probes, b.probes);
+    EXPECT_EQ(a.evicted_pages, b.evicted_pages);
+    EXPECT_EQ(a.lost_mass, b.lost_mass);
+  }
+}
+
 TEST(Replay, FullBudgetEvictsNothing) {
   const auto cell =
       rp::replay_tier(tiny(), rp::memdecay_policy(md::attention_normalization::none), 1.0, tiny_settings());

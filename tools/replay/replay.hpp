@@ -305,8 +305,8 @@ inline void replay_episode(const trace::episode& ep, runner& run, cell_result& c
         for (float& m : resident_mass) m *= scale;
       }
       run.observe(resident_mass);
-    } else {
-      const auto& p = std::get<trace::probe>(ev);
+    } else if (const auto* probe = std::get_if<trace::probe>(&ev)) {
+      const auto& p = *probe;
       run.advance_to(p.step);
       bool alive = true;
       for (std::uint64_t j = p.first; j < std::uint64_t{p.first} + p.length; ++j) alive = alive && resident[j];
@@ -316,7 +316,7 @@ inline void replay_episode(const trace::episode& ep, runner& run, cell_result& c
         ++cell.survived;
         ++cell.regions[p.region].survived;
       }
-    }
+    }  // a reference event (the workload re-read a span) is for calibration: replay scores by attention only
   }
 }
 
