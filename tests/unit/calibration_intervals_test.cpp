@@ -9,6 +9,8 @@
 #include <memdecay/calibration/file.hpp>
 #include <memdecay/calibration/selftest.hpp>
 
+#include "support/calibration_cases.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -22,23 +24,8 @@ namespace iv = memdecay::calibration::intervals;
 
 namespace {
 
-// Small enough for the sanitized debug build (a few seconds in all), large enough that every region calibrates.
-st::synthetic_config small_config() {
-  st::synthetic_config c;
-  c.names = {"short", "long"};
-  c.refresh_half_life = {6.0, 20.0};
-  c.fade_half_life = {6.0, 20.0};
-  c.episodes = 20;
-  c.steps = 110;
-  c.prompt_tokens = 96;
-  return c;
-}
-
-md::region_table table_for(const st::synthetic_config& c) {
-  std::vector<md::region_params> p;
-  for (const auto& n : c.names) p.push_back({n, 0.5, 0.01, false});
-  return md::region_table(p);
-}
+using calibration_cases::small_config;
+using calibration_cases::table_for;
 
 TEST(CalibrationIntervals, MaximumLikelihoodOnExactTruncatedSamples) {
   // Geometric intervals (an exponential rounded up to the step clock) from random starts; only those that end

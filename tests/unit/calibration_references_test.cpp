@@ -9,6 +9,8 @@
 #include <memdecay/calibration/file.hpp>
 #include <memdecay/calibration/selftest.hpp>
 
+#include "support/calibration_cases.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <numbers>
@@ -63,17 +65,8 @@ tr::trace_file hand_built(std::size_t episodes) {
   return f;
 }
 
-// Small enough for the sanitized debug build, large enough that every region calibrates.
-st::synthetic_config small_config() {
-  st::synthetic_config c;
-  c.names = {"short", "long"};
-  c.refresh_half_life = {6.0, 20.0};
-  c.fade_half_life = {6.0, 20.0};
-  c.episodes = 20;
-  c.steps = 110;
-  c.prompt_tokens = 96;
-  return c;
-}
+using calibration_cases::small_config;
+using calibration_cases::table_for;
 
 }  // namespace
 
@@ -112,9 +105,7 @@ TEST(CalibrationReferences, AttentionDoesNotMoveIt) {
   auto without = with;
   for (auto& ep : without[0].episodes)
     std::erase_if(ep.events, [](const tr::event& e) { return std::holds_alternative<tr::attention>(e); });
-  std::vector<md::region_params> p;
-  for (const auto& n : c.names) p.push_back({n, 0.5, 0.01, false});
-  const md::region_table base(p);
+  const md::region_table base = table_for(c);
   const auto x = cal::estimate(with, references_method(), base);
   const auto y = cal::estimate(without, references_method(), base);
   ASSERT_EQ(x.regions.size(), y.regions.size());

@@ -555,10 +555,18 @@ inline void row_bounds(const trace::attention& a, std::size_t channel, std::vect
   for (std::size_t j = 0; j < n; ++j) hi[j] += lo[j] + absent;
 }
 
+// The completed intervals of one fit (a region, or a (channel, region) of the refresh-interval estimator).
 struct interval_data {
   std::vector<std::vector<intervals::sample>> groups;  // [group]
   std::vector<std::uint8_t> episode_seen;              // per episode: contributed an interval
   std::uint64_t samples = 0;
+
+  interval_data(std::size_t group_count, std::size_t episodes) : groups(group_count), episode_seen(episodes, 0) {}
+  void add(std::size_t group, std::size_t episode, const intervals::sample& s) {
+    groups[group].push_back(s);
+    ++samples;
+    episode_seen[episode] = 1;
+  }
 };
 
 // What the interval estimators call the events that end an interval.
@@ -614,16 +622,21 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
   return out;
 }
 
+// finish_intervals of every fit, in order.
+[[nodiscard]] inline std::vector<curve_fit> finish_all_intervals(const std::vector<interval_data>& data,
+                                                                 const estimator_options& o) {
+  std::vector<curve_fit> fits;
+  fits.reserve(data.size());
+  for (const auto& d : data) fits.push_back(finish_intervals(d, o));
+  return fits;
+}
+
 // Every (channel, region) fit of the refresh-interval estimator: one streaming pass over the rows.
 [[nodiscard]] inline std::vector<curve_fit> estimate_intervals(std::span<const trace::trace_file> traces,
                                                                const estimator_options& o, std::size_t channels,
                                                                std::size_t regions, std::size_t groups,
                                                                std::size_t total_episodes) {
-  std::vector<interval_data> data(channels * regions);
-  for (auto& d : data) {
-    d.groups.resize(groups);
-    d.episode_seen.assign(total_episodes, 0);
-  }
+  std::vector<interval_data> data(channels * regions, interval_data(groups, total_episodes));
   struct pending {
     std::size_t slot;  // channel * regions + region
     double start, prev, end;
@@ -660,20 +673,14 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
       }
       if (observed) {
         // The window closes at the episode's last observed row: an interval ending later could not have been seen.
-        for (const auto& p : found) {
-          auto& d = data[p.slot];
-          d.groups[group].push_back({p.prev - p.start, p.end - p.start, static_cast<double>(last) - p.start});
-          ++d.samples;
-          d.episode_seen[episode_index] = 1;
-        }
+        for (const auto& p : found)
+          data[p.slot].add(group, episode_index,
+                           {p.prev - p.start, p.end - p.start, static_cast<double>(last) - p.start});
       }
       ++episode_index;
     }
   }
-  std::vector<curve_fit> fits;
-  fits.reserve(data.size());
-  for (const auto& d : data) fits.push_back(finish_intervals(d, o));
-  return fits;
+  return finish_all_intervals(data, o);
 }
 
 // Every region's fit of the reference estimator. Each reference event completes one interval of its span (in the
@@ -688,11 +695,7 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
 [[nodiscard]] inline std::vector<curve_fit> estimate_references(std::span<const trace::trace_file> traces,
                                                                 const estimator_options& o, std::size_t regions,
                                                                 std::size_t groups, std::size_t total_episodes) {
-  std::vector<interval_data> data(regions);
-  for (auto& d : data) {
-    d.groups.resize(groups);
-    d.episode_seen.assign(total_episodes, 0);
-  }
+  std::vector<interval_data> data(regions, interval_data(groups, total_episodes));
   struct pending {
     region_id region;
     step_t start, at;
@@ -723,19 +726,13 @@ inline std::string rate_outcome_text(intervals::rate_outcome f, const estimator_
         }
       }
       for (const auto& p : found) {
-        auto& d = data[p.region];
-        const auto d_end = static_cast<double>(p.at - p.start);
-        d.groups[group].push_back({d_end - 1.0, d_end, static_cast<double>(end - p.start)});
-        ++d.samples;
-        d.episode_seen[episode_index] = 1;
+        const auto to_end = static_cast<double>(p.at - p.start);
+        data[p.region].add(group, episode_index, {to_end - 1.0, to_end, static_cast<double>(end - p.start)});
       }
       ++episode_index;
     }
   }
-  std::vector<curve_fit> fits;
-  fits.reserve(data.size());
-  for (const auto& d : data) fits.push_back(finish_intervals(d, o));
-  return fits;
+  return finish_all_intervals(data, o);
 }
 
 // The excess-decay estimator fits every row's masses as samples; a sparse row that leaves positions out has no
