@@ -398,7 +398,7 @@ static void test_host_tier(void) {
     if (flags[p]) host = p;
   CHECK_FAILS(memdecay_sequence_device_index(seq, host, &index), MEMDECAY_INPUT_ERROR, "on the host");
   /* The query now wants the last host page. */
-  for (i = 0; i < 16; ++i) keys[2 * i + 1] = 50.0f;
+  for (i = 0; i < 16; ++i) keys[2 * i] = 1.0f, keys[2 * i + 1] = 50.0f;
   CHECK_OK(memdecay_sequence_set_page_keys(seq, host, keys, 32));
   CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
   rv = memdecay_recall_plan_get(recall);
@@ -520,7 +520,7 @@ static void test_recall_through_a_pool(void) {
   CHECK_OK(memdecay_sequence_on_host(seq, flags, 16, &count));
   for (p = 0; p < count; ++p)
     if (flags[p]) host = p;
-  for (i = 0; i < 16; ++i) keys[2 * i + 1] = 50.0f;
+  for (i = 0; i < 16; ++i) keys[2 * i] = 1.0f, keys[2 * i + 1] = 50.0f;
   CHECK_OK(memdecay_sequence_set_page_keys(seq, host, keys, 32));
   CHECK_OK(memdecay_sequence_select_recall(seq, query, 2, NULL, 0, &recall));
   rv = memdecay_recall_plan_get(recall);
