@@ -30,6 +30,22 @@ void emit_plan(memdecay_plan** out, plan_type plan) {
   *out = new memdecay_plan{std::move(plan)};
 }
 
+md::host_tier_config host_tier_config_from(const memdecay_host_tier_config& c) {
+  md::host_tier_config t{
+      .min_host_priority = c.min_host_priority, .hysteresis = c.hysteresis, .min_device_steps = c.min_device_steps};
+  switch (c.host_budget_unit) {
+    case MEMDECAY_BUDGET_UNLIMITED: break;
+    case MEMDECAY_BUDGET_TOKENS: t.host_budget = md::budget_config::tokens(c.host_budget); break;
+    case MEMDECAY_BUDGET_PAGES: t.host_budget = md::budget_config::pages(c.host_budget); break;
+    case MEMDECAY_BUDGET_RATIO: t.host_budget = md::budget_config::ratio(c.host_budget); break;
+    default:
+      throw md::config_error("invalid config: host_tier.host_budget_unit = " +
+                             std::to_string(static_cast<int>(c.host_budget_unit)));
+  }
+  if (c.max_recall_pages != 0) t.max_recall_pages = c.max_recall_pages;
+  return t;
+}
+
 }  // namespace
 
 memdecay_sequence* wrap_sequence(std::shared_ptr<sequence_handle> handle) {
@@ -337,26 +353,6 @@ memdecay_host_tier_config memdecay_host_tier_config_default(void) {
   const md::host_tier_config d;
   return {MEMDECAY_BUDGET_UNLIMITED, 0.0, d.min_host_priority, d.hysteresis, d.min_device_steps, 0};
 }
-
-namespace {
-
-md::host_tier_config host_tier_config_from(const memdecay_host_tier_config& c) {
-  md::host_tier_config t{
-      .min_host_priority = c.min_host_priority, .hysteresis = c.hysteresis, .min_device_steps = c.min_device_steps};
-  switch (c.host_budget_unit) {
-    case MEMDECAY_BUDGET_UNLIMITED: break;
-    case MEMDECAY_BUDGET_TOKENS: t.host_budget = md::budget_config::tokens(c.host_budget); break;
-    case MEMDECAY_BUDGET_PAGES: t.host_budget = md::budget_config::pages(c.host_budget); break;
-    case MEMDECAY_BUDGET_RATIO: t.host_budget = md::budget_config::ratio(c.host_budget); break;
-    default:
-      throw md::config_error("invalid config: host_tier.host_budget_unit = " +
-                             std::to_string(static_cast<int>(c.host_budget_unit)));
-  }
-  if (c.max_recall_pages != 0) t.max_recall_pages = c.max_recall_pages;
-  return t;
-}
-
-}  // namespace
 
 memdecay_status memdecay_sequence_enable_host_tier(memdecay_sequence* sequence,
                                                    const memdecay_host_tier_config* config) {

@@ -916,7 +916,7 @@ class basic_manager {
   }
   // Runs one sequence's check; an input_error it throws names the sequence ("observe_batch: sequence N: ...").
   template <class Check>
-  static void naming_sequence(SequenceId id, Check&& check) {
+  static void naming_sequence([[maybe_unused]] SequenceId id, Check&& check) {
 #if MEMDECAY_HAS_EXCEPTIONS
     try {
       check();
