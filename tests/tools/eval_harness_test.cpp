@@ -717,6 +717,48 @@ TEST(EvalPolicyNames, TheRecallRuleSuffixesParseOneWayForHostVariantsAndArkvale)
   }
 }
 
+// MemDecay's ablations compose with each other and with one signal ("memdecay-lifetime+recent-half+query"): the
+// composed kind keeps each part's effect (here the recent window's victims, and the query observation).
+TEST(EvalPolicyNames, MemDecayVariantsComposeAblationsWithAtMostOneSignal) {
+  for (const char* good : {"recent-half", "query", "recent-half+query", "no-refresh+page-max+knorm", "page-mass+recent-half"})
+    EXPECT_TRUE(ev::is_memdecay_variant(good)) << good;
+  for (const char* bad : {"query+knorm", "recent-half+recent-half", "recent-half+", "+query", "recent", "host50"})
+    EXPECT_FALSE(ev::is_memdecay_variant(bad)) << bad;
+  EXPECT_THROW((void)ev::memdecay_ablation(md::attention_normalization::lifetime, "query+knorm"), std::invalid_argument);
+
+  const auto lifetime = md::attention_normalization::lifetime;
+  const auto both = ev::memdecay_ablation(lifetime, "recent-half+query");
+  const auto recent = ev::memdecay_ablation(lifetime, "recent-half");
+  const auto plain = ev::memdecay_kind(lifetime);
+  EXPECT_EQ(both.name, "memdecay-lifetime+recent-half+query");
+  EXPECT_TRUE(both.observes_queries);
+  EXPECT_FALSE(recent.observes_queries);
+  EXPECT_NE(both.description.find("ablation: recent-half"), std::string::npos) << both.description;
+  EXPECT_NE(both.description.find("attention-free"), std::string::npos) << both.description;
+
+  // 6 pages of a retrieved document then 2 of scratchpad, unobserved, over a 4-page budget: by the region prior
+  // the plain policy evicts the scratchpad pages (6 and 7) first; recent-half keeps the pages of the last half of
+  // the budget's 64 tokens (the same 2), so every victim comes from the document.
+  md::config cfg;
+  cfg.budget = md::budget_config::tokens(64);
+  const md::region_table regions = cfg.effective_regions();
+  auto victims = [&](const ev::policy_kind& k) {
+    auto seq = k.make(cfg);
+    for (md::step_t page = 0; page < 8; ++page) {
+      seq->append(*regions.find(page < 6 ? "retrieval" : "scratchpad"), 16);
+      seq->advance_to(page + 1);
+    }
+    return seq->select_for_budget().pages;
+  };
+  const auto with_window = victims(both);
+  EXPECT_EQ(with_window, victims(recent));
+  ASSERT_EQ(with_window.size(), 4u);
+  for (const std::size_t page : with_window) EXPECT_LT(page, 6u);
+  const auto without = victims(plain);
+  ASSERT_EQ(without.size(), 4u);
+  EXPECT_EQ(std::count_if(without.begin(), without.end(), [](std::size_t p) { return p >= 6; }), 2);
+}
+
 // The host tier on the engine (docs/tiers.md): the harness checks after every step that the session's block table
 // holds exactly the policy's device tokens at their original positions (a recalled page back in its place); the
 // run demotes, promotes and moves K/V, every copy one whole block; and the numbers do not depend on the threads or

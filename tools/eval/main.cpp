@@ -296,10 +296,7 @@ int run(options& o) {
       const std::string mode_name = name.substr(9, name.find('+') - 9), variant = name.substr(name.find('+') + 1);
       for (auto mode : {md::attention_normalization::none, md::attention_normalization::uniform,
                         md::attention_normalization::lifetime, md::attention_normalization::zscore})
-        if (mode_name == md::to_string(mode) &&
-            (std::find(ev::ablation_variants().begin(), ev::ablation_variants().end(), variant) !=
-                 ev::ablation_variants().end() ||
-             ev::is_query_signal_variant(variant) || ev::is_observation_variant(variant)))
+        if (mode_name == md::to_string(mode) && ev::is_memdecay_variant(variant))
           return ev::memdecay_ablation(mode, variant, catalogue(o));
     }
     if (name.ends_with("-unpinned"))

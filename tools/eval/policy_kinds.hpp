@@ -144,47 +144,89 @@ policy_kind observing_variant(policy_kind k, const std::string& variant, const s
   return k;
 }
 
-inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variant,
-                                     const memdecay_options& m = {}) {
-  if (is_observation_variant(variant))
-    return observing_variant(memdecay_kind(mode, m), variant, "measured attention observed per page",
-                             [](memdecay_tools::any_sequence& s) { s.observe_per_page(); });
-  if (is_query_signal_variant(variant)) {
-    const memdecay_tools::query_signal_options o{
-        .how = variant == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax,
-        .last_query_only = variant == "query-last",
-        .key_norms = variant == "knorm"};
-    policy_kind k = observing_variant(
-        memdecay_kind(mode, m), variant,
-        o.key_norms ? std::string("attention-free: key norms (KnormPress)")
-                    : std::string("attention-free: ") + md::to_string(o.how) + " over fp16 min/max page digests",
-        [o](memdecay_tools::any_sequence& s) { s.use_query_signal(o); });
-    k.observes_queries = true;
-    return k;
+/// Splits "a+b+c" at '+'.
+inline std::vector<std::string> split_variants(const std::string& variants) {
+  std::vector<std::string> parts;
+  std::size_t from = 0;
+  for (std::size_t plus; (plus = variants.find('+', from)) != std::string::npos; from = plus + 1)
+    parts.push_back(variants.substr(from, plus - from));
+  parts.push_back(variants.substr(from));
+  return parts;
+}
+
+/// Whether every part of "a+b+..." is an ablation or a signal, each named once, at most one signal.
+inline bool is_memdecay_variant(const std::string& variants) {
+  const auto parts = split_variants(variants);
+  std::size_t signals = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto& p = parts[i];
+    const bool ablation =
+        std::find(ablation_variants().begin(), ablation_variants().end(), p) != ablation_variants().end();
+    const bool signal = is_query_signal_variant(p) || is_observation_variant(p);
+    if (!ablation && !signal) return false;
+    if (std::find(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(i), p) != parts.begin() + static_cast<std::ptrdiff_t>(i))
+      return false;
+    signals += signal ? 1 : 0;
   }
+  return signals <= 1;
+}
+
+/// MemDecay with the ablations and at most one signal of `variants` ("recent-half", "query", "recent-half+query",
+/// ...; is_memdecay_variant), named "memdecay-<mode>+<variants>" as asked.
+inline policy_kind memdecay_ablation(md::attention_normalization mode, const std::string& variants,
+                                     const memdecay_options& m = {}) {
+  if (!is_memdecay_variant(variants)) throw std::invalid_argument("unknown MemDecay ablation '" + variants + "'");
   memdecay_options o = m;
-  if (variant == "prior-only")
-    o.alpha = 0.0;
-  else if (variant == "no-refresh")
-    o.tau = 1e30;
-  else if (variant == "page-max")
-    o.memdecay_page_max = true;
-  else if (variant != "attention-only" && variant != "recent-half")
-    throw std::invalid_argument("unknown MemDecay ablation '" + variant + "'");
-  policy_kind k = memdecay_kind(mode, o);
-  k.name += "+" + variant;
-  k.description += "; ablation: " + variant;
-  auto make = k.make;
-  k.make = [make, variant](const md::config& base) {
-    md::config cfg = base;
-    if (variant == "attention-only") {
-      const md::region_table table = cfg.effective_regions();
-      for (const auto& r : table.params())
-        cfg.region_overrides.push_back({.region = r.name, .base_priority = 1.0, .decay_rate = 0.0});
+  bool attention_only = false, recent_half = false;
+  std::string signal, ablations;
+  for (const auto& variant : split_variants(variants)) {
+    if (is_query_signal_variant(variant) || is_observation_variant(variant)) {
+      signal = variant;
+      continue;
     }
-    if (variant == "recent-half") cfg.protection.recent_fraction = 0.5;
-    return make(cfg);
-  };
+    ablations += (ablations.empty() ? "" : ", ") + variant;
+    if (variant == "prior-only")
+      o.alpha = 0.0;
+    else if (variant == "no-refresh")
+      o.tau = 1e30;
+    else if (variant == "page-max")
+      o.memdecay_page_max = true;
+    else if (variant == "attention-only")
+      attention_only = true;
+    else if (variant == "recent-half")
+      recent_half = true;
+  }
+  policy_kind k = memdecay_kind(mode, o);
+  if (!ablations.empty()) {
+    k.description += "; ablation: " + ablations;
+    auto make = k.make;
+    k.make = [make, attention_only, recent_half](const md::config& base) {
+      md::config cfg = base;
+      if (attention_only) {
+        const md::region_table table = cfg.effective_regions();
+        for (const auto& r : table.params())
+          cfg.region_overrides.push_back({.region = r.name, .base_priority = 1.0, .decay_rate = 0.0});
+      }
+      if (recent_half) cfg.protection.recent_fraction = 0.5;
+      return make(cfg);
+    };
+  }
+  if (is_observation_variant(signal)) {
+    k = observing_variant(k, signal, "measured attention observed per page",
+                          [](memdecay_tools::any_sequence& s) { s.observe_per_page(); });
+  } else if (is_query_signal_variant(signal)) {
+    const memdecay_tools::query_signal_options q{
+        .how = signal == "query-tokens" ? md::query_signal::bound_softmax_tokens : md::query_signal::bound_softmax,
+        .last_query_only = signal == "query-last",
+        .key_norms = signal == "knorm"};
+    k = observing_variant(
+        k, signal,
+        q.key_norms ? std::string("attention-free: key norms (KnormPress)")
+                    : std::string("attention-free: ") + md::to_string(q.how) + " over fp16 min/max page digests",
+        [q](memdecay_tools::any_sequence& s) { s.use_query_signal(q); });
+    k.observes_queries = true;
+  }
+  k.name = std::string("memdecay-") + md::to_string(mode) + "+" + variants;
   return k;
 }
 
