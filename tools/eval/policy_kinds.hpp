@@ -154,18 +154,20 @@ inline std::vector<std::string> split_variants(const std::string& variants) {
   return parts;
 }
 
+/// A part of a MemDecay variant that changes what the policy observes (at most one per policy).
+inline bool is_signal_variant(const std::string& part) {
+  return is_query_signal_variant(part) || is_observation_variant(part);
+}
+
 /// Whether every part of "a+b+..." is an ablation or a signal, each named once, at most one signal.
 inline bool is_memdecay_variant(const std::string& variants) {
   const auto parts = split_variants(variants);
   std::size_t signals = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto& p = parts[i];
+  for (const auto& p : parts) {
     const bool ablation =
         std::find(ablation_variants().begin(), ablation_variants().end(), p) != ablation_variants().end();
-    const bool signal = is_query_signal_variant(p) || is_observation_variant(p);
-    if (!ablation && !signal) return false;
-    if (std::find(parts.begin(), parts.begin() + static_cast<std::ptrdiff_t>(i), p) != parts.begin() + static_cast<std::ptrdiff_t>(i))
-      return false;
+    const bool signal = is_signal_variant(p);
+    if ((!ablation && !signal) || std::count(parts.begin(), parts.end(), p) > 1) return false;
     signals += signal ? 1 : 0;
   }
   return signals <= 1;
@@ -180,7 +182,7 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
   bool attention_only = false, recent_half = false;
   std::string signal, ablations;
   for (const auto& variant : split_variants(variants)) {
-    if (is_query_signal_variant(variant) || is_observation_variant(variant)) {
+    if (is_signal_variant(variant)) {
       signal = variant;
       continue;
     }
