@@ -39,6 +39,7 @@
 #include <memdecay/memdecay.hpp>
 
 #include "baselines.hpp"
+#include "expfree_roofline.hpp"
 
 namespace md = memdecay;
 namespace ms = memdecay::simd;
@@ -287,42 +288,10 @@ void score_expfree_roofline(workload& w) {
       [&](std::size_t i) { return light_w<NP>(vt, r + i, NP::load(wt + i), NP::load(ew + i)); },
       [&](std::size_t i) { return light_w<SP>(st, r + i, SP::load(wt + i), SP::load(ew + i)); });
 }
-template <class P>
-struct light_fused {
-  typename P::reg scale, beta, omb, tau;
-  md::step_t now;
-  std::size_t refreshed = 0;
-  explicit light_fused(const md::observation_params<float>& o, md::step_t t)
-      : scale(P::set1(o.scale)), beta(P::set1(o.beta)), omb(P::set1(1.0f - o.beta)), tau(P::set1(o.tau)), now(t) {}
-  MEMDECAY_SIMD_INLINE typename P::reg operator()(const typename P::table& t, const md::region_id* r, md::step_t* lr,
-                                                  float* wt, float* ew, const float* mass) {
-    const auto x = P::mul(scale, P::load(mass));
-    const auto a = P::add(P::mul(beta, P::load(ew)), P::mul(omb, x));
-    const auto hit = P::gt(x, tau);
-    P::store(ew, a);
-    ms::detail::store_u32_where<P>(lr, hit, now);
-    const auto g = P::template lookup<true>(t, r);
-    const auto wn = P::blend(P::load(wt), g, hit);
-    ms::detail::store_where<P>(wt, hit, g, wn);
-    refreshed += P::popcount(hit);
-    return P::add(a, wn);
-  }
-};
 std::size_t fused_expfree_roofline(workload& w) {
-  const md::region_id* r = w.state.regions().data();
-  md::step_t* lr = w.state.last_refresh_mut().data();
-  float* wt = w.w.data();
-  float* ew = w.state.ewma_mut().data();
-  const float* mass = w.mass.data();
-  const auto vt = NP::make_table(w.lut.base());
-  const auto st = SP::make_table(w.lut.base());
-  light_fused<NP> vf(w.obs, w.state.now());
-  light_fused<SP> sf(w.obs, w.state.now());
-  ms::detail::page_loop<NP, kPage>(
-      w.state.kv_len(), kPage, w.out.data(),
-      [&](std::size_t i) { return vf(vt, r + i, lr + i, wt + i, ew + i, mass + i); },
-      [&](std::size_t i) { return sf(st, r + i, lr + i, wt + i, ew + i, mass + i); });
-  return vf.refreshed + sf.refreshed;
+  return bench_rooflines::fused_expfree_roofline<kPage>(w.state.regions().data(), w.state.last_refresh_mut().data(),
+                                                        w.w.data(), w.state.ewma_mut().data(), w.mass.data(),
+                                                        w.state.kv_len(), w.lut, w.obs, w.state.now(), w.out.data());
 }
 
 // --- benchmark bodies ---------------------------------------------------------------------------------------

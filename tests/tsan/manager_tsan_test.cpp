@@ -10,13 +10,15 @@
 //      page_scores(), and all of them must get the same answer;
 //   4. one thread commits the global plan.
 // A third run does steps 1, 2 and 4 through the manager's batch step (observe_batch, advance_to and select_global
-// on a thread_pool) and must make the same decisions.
+// on a thread_pool whose waiting threads spin, the default) and must make the same decisions; a fourth, on a pool
+// whose threads sleep as soon as they wait.
 // Every other sequence has a host tier, under a host pool they share: observations cover device tokens, the global
 // plans demote and drop, step 2 also commits a recall, and step 3's queries include recall plans.
 // TSan reports any data race (the test fails with exit code 66); the test also checks that the threaded run made
 // exactly the decisions of the same calls made on one thread (decisions never depend on threads).
 // With the argument `race`, two threads feed the SAME sequence (what the documentation forbids), to show that
 // TSan catches it in this build (CTest manager_tsan_detects_a_race expects its report).
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -97,13 +99,14 @@ std::uint64_t queries(const md::manager& cmgr, const md::manager::global_plan_ty
 // Runs the loop; `threaded` spreads steps 1 and 3 over threads; `batched` does step 1's observations, the clock and
 // the global selection through the manager's batch step on a thread_pool (core/executor.hpp) instead. Returns a
 // digest of every decision.
-std::uint64_t run(bool threaded, bool race = false, bool batched = false) {
+std::uint64_t run(bool threaded, bool race = false, bool batched = false,
+                  std::chrono::microseconds spin = md::thread_pool::default_spin) {
   md::manager mgr({.page_size = 4, .global = md::global_budget::pages(30, 24), .host_pool = 10});
   for (std::uint64_t id = 0; id < sequences; ++id) {
     auto& seq = mgr.open(id * 10, config_for(id));
     if (id % 2 == 1) seq.enable_host_tier({.min_host_priority = 0.3, .min_device_steps = 2});
   }
-  md::thread_pool executor(threads);
+  md::thread_pool executor(threads, spin);
   md::detail::fnv1a64 decisions;
   for (int step = 1; step <= steps; ++step) {
     if (batched) {
@@ -176,6 +179,8 @@ int main(int argc, char** argv) {
   const std::uint64_t threaded = run(true);
   if (serial != threaded) fail("the threaded run made other decisions than the serial one");
   if (run(false, false, true) != serial) fail("the batch step on a thread_pool made other decisions");
+  if (run(false, false, true, std::chrono::microseconds{0}) != serial)
+    fail("the batch step on a thread_pool whose threads sleep at once made other decisions");
   std::printf("tsan_test: OK: %d threads, %llu sequences, %d steps, same decisions as one thread (%016llx)\n", threads,
               static_cast<unsigned long long>(sequences), steps, static_cast<unsigned long long>(threaded));
   return 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <memdecay/core/attention_rows.hpp>
@@ -192,6 +194,55 @@ TEST(ThreadPool, RunsEveryTaskOnceAndTakesPartItself) {
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
   }
   static_assert(md::executor<md::thread_pool> && md::executor<md::inline_executor>);
+}
+
+TEST(ThreadPool, SpinIsAConfigAndChangesNothingTheTasksSee) {
+  EXPECT_EQ(md::thread_pool(2).spin(), md::thread_pool::default_spin);
+  EXPECT_EQ(md::thread_pool(2, std::chrono::microseconds{0}).spin().count(), 0);
+  try {
+    md::thread_pool bad(2, std::chrono::microseconds{-1});
+    FAIL() << "a negative spin was accepted";
+  } catch (const md::config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("spin"), std::string::npos) << e.what();
+  }
+  // Calls back to back (the workers still spinning) with every task count from 0 to 70, for a pool that sleeps at
+  // once, one that spins for a microsecond (mostly asleep between calls) and the default.
+  for (const auto spin : {std::chrono::microseconds{0}, std::chrono::microseconds{1}, md::thread_pool::default_spin}) {
+    md::thread_pool pool(3, spin);
+    for (int round = 0; round < 3; ++round)
+      for (std::size_t n = 0; n <= 70; ++n) {
+        std::vector<std::atomic<int>> hits(n);
+        pool(n, [&](std::size_t i) { hits[i].fetch_add(1); });
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "spin " << spin.count() << ", n " << n;
+      }
+  }
+}
+
+// Two tasks that each wait for the other to start can only finish if a worker takes one while the caller runs the
+// other: the worker must wake for the call, whether it was still spinning (no pause) or had gone to sleep (a pause
+// longer than the spin).
+TEST(ThreadPool, WorkersTakePartInACallWhetherSpinningOrAsleep) {
+  for (const auto spin : {std::chrono::microseconds{0}, md::thread_pool::default_spin}) {
+    md::thread_pool pool(2, spin);
+    for (const auto pause : {std::chrono::microseconds{0}, std::chrono::microseconds{5000}}) {
+      for (int round = 0; round < 20; ++round) {
+        std::this_thread::sleep_for(pause);
+        std::atomic<int> started{0};
+        std::atomic<bool> timed_out{false};
+        pool(2, [&](std::size_t) {
+          started.fetch_add(1);
+          const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (started.load() < 2)
+            if (std::chrono::steady_clock::now() > give_up) {
+              timed_out = true;
+              return;
+            }
+        });
+        ASSERT_FALSE(timed_out.load()) << "no worker took the second task: spin " << spin.count() << " us, pause "
+                                       << pause.count() << " us";
+      }
+    }
+  }
 }
 
 TEST(RunAll, RethrowsTheLowestTasksErrorAfterEveryTaskRan) {

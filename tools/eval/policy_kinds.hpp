@@ -131,10 +131,9 @@ inline bool is_query_signal_variant(const std::string& variant) {
   return std::find(v.begin(), v.end(), variant) != v.end();
 }
 
-/// `kind` renamed "<name>+<variant>", each sequence it makes set up by `setup(sequence)` (how it observes).
+/// `kind` with each sequence it makes set up by `setup(sequence)` (how it observes); the caller names it.
 template <class Setup>
-policy_kind observing_variant(policy_kind k, const std::string& variant, const std::string& description, Setup setup) {
-  k.name += "+" + variant;
+policy_kind observing_variant(policy_kind k, const std::string& description, Setup setup) {
   k.description += "; " + description;
   k.make = [make = k.make, setup](const md::config& cfg) {
     auto seq = make(cfg);
@@ -214,7 +213,7 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
     };
   }
   if (is_observation_variant(signal)) {
-    k = observing_variant(k, signal, "measured attention observed per page",
+    k = observing_variant(k, "measured attention observed per page",
                           [](memdecay_tools::any_sequence& s) { s.observe_per_page(); });
   } else if (is_query_signal_variant(signal)) {
     const memdecay_tools::query_signal_options q{
@@ -222,7 +221,7 @@ inline policy_kind memdecay_ablation(md::attention_normalization mode, const std
         .last_query_only = signal == "query-last",
         .key_norms = signal == "knorm"};
     k = observing_variant(
-        k, signal,
+        k,
         q.key_norms ? std::string("attention-free: key norms (KnormPress)")
                     : std::string("attention-free: ") + md::to_string(q.how) + " over fp16 min/max page digests",
         [q](memdecay_tools::any_sequence& s) { s.use_query_signal(q); });

@@ -19,6 +19,7 @@
 #define MEMDECAY_CORE_EXECUTOR_HPP
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -43,15 +44,40 @@ struct inline_executor {
   }
 };
 
+namespace detail {
+/// Tells the core that this is a spin-wait loop (x86 `pause`, AArch64 `yield`): less power, and the sibling
+/// hyper-thread gets the pipeline meanwhile.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace detail
+
 /// A fixed pool of `threads - 1` worker threads plus the calling thread, which takes part in every call. Tasks are
 /// handed out one index at a time (an atomic counter), so sequences of different lengths balance. One call at a
 /// time: a second caller waits for the first to finish. Destruction joins the workers. A task that throws
 /// terminates the program (std::thread's rule): the manager's tasks never throw (see the top of this header).
+///
+/// Waiting: a worker that has finished a call, and a caller whose own tasks are done, spin for up to `spin`
+/// (checking the pool's atomics, with the core's pause hint) before they sleep on a condition variable. An engine
+/// step makes several calls a few microseconds apart (advance_to, observe_batch's check and observation,
+/// select_global's two passes), and waking a sleeping thread costs tens of microseconds on a virtual machine
+/// (`manager/dispatch` in bench/manager_bench.cpp: ~40 us per call on the 2-core VM with no spin): the spin
+/// keeps the workers awake within a step, and they sleep in the gap between steps (the GPU's milliseconds), having
+/// burnt at most `spin` of a core each. spin = 0 sleeps at once (every call pays the wake-up); a longer spin
+/// suits pools that are called back to back. Neither changes what the tasks compute.
 class thread_pool {
  public:
-  /// config_error for 0 threads. May throw std::system_error when a thread cannot start (none is left running).
-  explicit thread_pool(std::size_t threads) {
+  static constexpr std::chrono::microseconds default_spin{100};
+
+  /// config_error for 0 threads or a negative spin. May throw std::system_error when a thread cannot start (none
+  /// is left running).
+  explicit thread_pool(std::size_t threads, std::chrono::microseconds spin = default_spin) : spin_(spin) {
     if (threads == 0) detail::raise_config("thread_pool threads = 0 (at least 1: the caller)");
+    if (spin.count() < 0) detail::raise_config("thread_pool spin < 0 (microseconds a waiting thread spins)");
     workers_.reserve(threads - 1);
 #if MEMDECAY_HAS_EXCEPTIONS
     try {
@@ -70,22 +96,28 @@ class thread_pool {
 
   /// Threads that run tasks: the workers and the caller.
   [[nodiscard]] std::size_t size() const noexcept { return workers_.size() + 1; }
+  /// How long a waiting thread spins before it sleeps.
+  [[nodiscard]] std::chrono::microseconds spin() const noexcept { return spin_; }
 
   void operator()(std::size_t n, const std::function<void(std::size_t)>& task) {
     if (n == 0) return;
     std::unique_lock call(call_mutex_);  // one call at a time
     {
+      // Under the mutex, so that a worker about to sleep sees either the new round or the notification.
       std::lock_guard lock(mutex_);
       task_ = &task;
       tasks_ = n;
       next_.store(0, std::memory_order_relaxed);
-      busy_ = workers_.size();
-      ++round_;
+      busy_.store(workers_.size(), std::memory_order_relaxed);
+      round_.fetch_add(1, std::memory_order_release);  // publishes task_ and tasks_ to spinning workers
     }
     wake_.notify_all();
     run_tasks(task, n);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return busy_ == 0; });
+    const auto all_done = [this] { return busy_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(all_done)) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, all_done);
+    }
     task_ = nullptr;
   }
 
@@ -95,31 +127,47 @@ class thread_pool {
          i = next_.fetch_add(1, std::memory_order_relaxed))
       task(i);
   }
+  /// Spins until ready() or `spin_` has passed; returns ready()'s last answer.
+  template <class Ready>
+  bool spin_until(Ready&& ready) const {
+    if (ready()) return true;
+    if (spin_.count() == 0) return false;
+    const auto until = std::chrono::steady_clock::now() + spin_;
+    for (unsigned k = 1;; ++k) {
+      detail::cpu_relax();
+      if (ready()) return true;
+      // The clock every 64 pauses (a few hundred nanoseconds); a yield too, for pools larger than the cores.
+      if (k % 64 == 0) {
+        if (std::chrono::steady_clock::now() >= until) return ready();
+        std::this_thread::yield();
+      }
+    }
+  }
   void work() {
     std::uint64_t seen = 0;
+    const auto ready = [&] {
+      return stopping_.load(std::memory_order_acquire) || round_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
-      const std::function<void(std::size_t)>* task = nullptr;
-      std::size_t n = 0;
-      {
+      if (!spin_until(ready)) {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || round_ != seen; });
-        if (stopping_) return;
-        seen = round_;
-        task = task_;
-        n = tasks_;
+        wake_.wait(lock, ready);
       }
-      run_tasks(*task, n);
-      {
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = round_.load(std::memory_order_acquire);
+      run_tasks(*task_, tasks_);
+      // The last worker out wakes the caller; under the mutex, so that the caller is either asleep or has not
+      // yet checked busy_.
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard lock(mutex_);
-        --busy_;
+        done_.notify_one();
       }
-      done_.notify_one();
     }
   }
   void stop() noexcept {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& w : workers_)
@@ -127,15 +175,17 @@ class thread_pool {
     workers_.clear();
   }
 
+  std::chrono::microseconds spin_;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
+  // Written by the caller before the release increment of round_, read by the workers after they see it.
   const std::function<void(std::size_t)>* task_ = nullptr;
   std::size_t tasks_ = 0;
-  std::size_t busy_ = 0;
-  std::uint64_t round_ = 0;
-  bool stopping_ = false;
+  std::atomic<std::size_t> busy_{0};
+  std::atomic<std::uint64_t> round_{0};
+  std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> next_{0};
 };
 
