@@ -8,6 +8,8 @@
 #include <memdecay/simd/mass_check.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -49,8 +51,39 @@ void sweep() {
   }
 }
 
+// Float with a finite scale >= 0 is checked by the bit patterns' unsigned maximum against the largest m whose
+// product with the scale is finite: the values at that boundary (the limit itself and the next float up), -0.0
+// (above the range, valid) and each bad value, at every position of the unrolled body and the tail.
+template <ms::isa A>
+void boundary_sweep() {
+  using lim = std::numeric_limits<float>;
+  for (float scale : {0.0f, 1e-30f, 0.5f, 1.0f, 1.5f, 3.0f, 4096.0f, 1048576.0f, 1e20f, lim::max()}) {
+    const std::uint32_t bits = ms::detail::finite_product_limit_bits(scale);
+    float limit;
+    std::memcpy(&limit, &bits, sizeof limit);
+    const float above = std::nextafter(limit, lim::infinity());
+    ASSERT_TRUE(std::isfinite(scale * limit)) << scale;
+    ASSERT_TRUE(!(above <= lim::max()) || !std::isfinite(scale * above)) << scale;
+    for (std::size_t n : {1u, 16u, 37u, 64u, 129u}) {
+      std::vector<float> mass(n, 1e-3f);
+      for (std::size_t at = 0; at < n; ++at)
+        for (float v : {limit, above, -0.0f, 0.0f, -lim::denorm_min(), lim::quiet_NaN(), lim::infinity(),
+                        -lim::infinity(), lim::max()}) {
+          auto probe = mass;
+          probe[at] = v;
+          EXPECT_EQ(ms::mass_is_valid<A>(probe.data(), n, scale), scalar_definition(probe, scale))
+              << "n " << n << " at " << at << " value " << v << " scale " << scale;
+        }
+    }
+  }
+}
+
 }  // namespace
 
+TEST(SimdMassCheck, FloatBitRangeCheckAgreesWithTheDefinitionAtTheBoundary) {
+  boundary_sweep<ms::native_isa>();
+  boundary_sweep<ms::isa::scalar>();
+}
 TEST(SimdMassCheck, FloatNativeIsaAgreesWithTheDefinition) { sweep<ms::native_isa, float>(); }
 TEST(SimdMassCheck, DoubleNativeIsaAgreesWithTheDefinition) { sweep<ms::native_isa, double>(); }
 TEST(SimdMassCheck, FloatScalarFallbackAgreesWithTheDefinition) { sweep<ms::isa::scalar, float>(); }

@@ -68,6 +68,9 @@ struct packet<float, isa::avx2> {
     const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
   }
+  /// The bit patterns of `lanes` floats, and their lane-wise unsigned maximum (mass_check.hpp's range check).
+  static MEMDECAY_SIMD_INLINE ureg load_bits(const float* p) noexcept { return _mm256_castps_si256(_mm256_loadu_ps(p)); }
+  static MEMDECAY_SIMD_INLINE ureg max_u32(ureg a, ureg b) noexcept { return _mm256_max_epu32(a, b); }
   static MEMDECAY_SIMD_INLINE ureg load_u32(const std::uint32_t* p) noexcept {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }

@@ -77,6 +77,9 @@ struct packet<float, isa::avx512> {
   }
 
  public:
+  /// The bit patterns of `lanes` floats, and their lane-wise unsigned maximum (mass_check.hpp's range check).
+  static MEMDECAY_SIMD_INLINE ureg load_bits(const float* p) noexcept { return _mm512_castps_si512(_mm512_loadu_ps(p)); }
+  static MEMDECAY_SIMD_INLINE ureg max_u32(ureg a, ureg b) noexcept { return _mm512_max_epu32(a, b); }
   static MEMDECAY_SIMD_INLINE ureg load_u32(const std::uint32_t* p) noexcept { return _mm512_loadu_si512(p); }
   static MEMDECAY_SIMD_INLINE void store_u32(std::uint32_t* p, ureg v) noexcept { _mm512_storeu_si512(p, v); }
   static MEMDECAY_SIMD_INLINE reg age(ureg lr, step_t now) noexcept {

@@ -51,6 +51,9 @@ struct packet<float, isa::neon> {
     return vreinterpretq_f32_u32(vandq_u32(vcgeq_f32(x, lo), vreinterpretq_u32_f32(y)));
   }
   static MEMDECAY_SIMD_INLINE float reduce_add(reg v) noexcept { return vaddvq_f32(v); }
+  /// The bit patterns of `lanes` floats, and their lane-wise unsigned maximum (mass_check.hpp's range check).
+  static MEMDECAY_SIMD_INLINE ureg load_bits(const float* p) noexcept { return vreinterpretq_u32_f32(vld1q_f32(p)); }
+  static MEMDECAY_SIMD_INLINE ureg max_u32(ureg a, ureg b) noexcept { return vmaxq_u32(a, b); }
   static MEMDECAY_SIMD_INLINE ureg load_u32(const std::uint32_t* p) noexcept { return vld1q_u32(p); }
   static MEMDECAY_SIMD_INLINE void store_u32(std::uint32_t* p, ureg v) noexcept { vst1q_u32(p, v); }
   /// Unsigned u32 -> float, correctly rounded (vcvtq rounds to nearest, as static_cast does).

@@ -64,6 +64,13 @@ struct packet<Float, isa::scalar> {
   /// y where x >= lo, else 0.
   static MEMDECAY_SIMD_INLINE reg zero_below(reg x, reg lo, reg y) noexcept { return x >= lo ? y : Float{0}; }
   static MEMDECAY_SIMD_INLINE Float reduce_add(reg v) noexcept { return v; }
+  /// The bit pattern of a float, and the unsigned maximum (mass_check.hpp's range check; float packets only).
+  static MEMDECAY_SIMD_INLINE ureg load_bits(const float* p) noexcept
+    requires std::same_as<Float, float>
+  {
+    return std::bit_cast<std::uint32_t>(*p);
+  }
+  static MEMDECAY_SIMD_INLINE ureg max_u32(ureg a, ureg b) noexcept { return a > b ? a : b; }
   static MEMDECAY_SIMD_INLINE ureg load_u32(const std::uint32_t* p) noexcept { return *p; }
   static MEMDECAY_SIMD_INLINE void store_u32(std::uint32_t* p, ureg v) noexcept { *p = v; }
   /// Float(now - lr), the age in steps (unsigned, exact below 2^24 for float).

@@ -65,6 +65,18 @@ struct packet<float, isa::sse> {
     const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
   }
+  /// The bit patterns of `lanes` floats, and their lane-wise unsigned maximum (mass_check.hpp's range check).
+  static MEMDECAY_SIMD_INLINE ureg load_bits(const float* p) noexcept { return _mm_castps_si128(_mm_loadu_ps(p)); }
+  static MEMDECAY_SIMD_INLINE ureg max_u32(ureg a, ureg b) noexcept {
+#if defined(__SSE4_1__)
+    return _mm_max_epu32(a, b);
+#else
+    // SSE2 compares signed only: flipping the sign bits maps unsigned order onto signed order.
+    const __m128i flip = _mm_set1_epi32(static_cast<int>(0x80000000u));
+    const __m128i a_above = _mm_cmpgt_epi32(_mm_xor_si128(a, flip), _mm_xor_si128(b, flip));
+    return _mm_or_si128(_mm_and_si128(a_above, a), _mm_andnot_si128(a_above, b));
+#endif
+  }
   static MEMDECAY_SIMD_INLINE ureg load_u32(const std::uint32_t* p) noexcept {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
