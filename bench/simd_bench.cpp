@@ -66,7 +66,7 @@ struct workload {
   float alpha = 1.0f;
   // exp-free: the weights beside the state, and its clock (epoch at span() steps before now, so a benchmark
   // iteration that moves it one step forward reaches a rebase after span() iterations, as an engine would).
-  std::vector<float> w;
+  md::detail::column_vector<float, 2> w;  // the policy's layout for its weights (detail/column_vector.hpp)
   ms::expfree_clock<float> clock{lut};
   std::size_t steps_since_rebase = 0;
 

@@ -135,8 +135,9 @@ struct stateless_hooks {
 };
 
 /// Compacts one per-token column (page order) by removing whole `pages` (strictly ascending, full).
-template <class T>
-void compact_token_column(std::vector<T>& column, std::span<const std::size_t> pages, std::size_t page_size) noexcept {
+template <class T, class Alloc>
+void compact_token_column(std::vector<T, Alloc>& column, std::span<const std::size_t> pages,
+                          std::size_t page_size) noexcept {
   column.resize(compact_pages(std::span<T>(column), page_size, pages));
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "memdecay/detail/column_vector.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/error.hpp"
 #include "memdecay/detail/growth.hpp"
@@ -197,7 +198,7 @@ class sequence_state {
   }
 
   geometry_type geometry_;
-  std::vector<region_id> region_;
+  detail::column_vector<region_id> region_;
   std::vector<std::uint64_t> page_origin_;
   step_t now_ = 0;
   std::uint64_t logical_len_ = 0;

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "memdecay/detail/column_vector.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/detail/growth.hpp"
 #include "memdecay/core/page_geometry.hpp"
@@ -81,8 +82,8 @@ class token_state : public sequence_state<PageSize> {
     ewma_.resize(this->kv_len(), Float{0});
   }
 
-  std::vector<step_t> last_refresh_;
-  std::vector<Float> ewma_;
+  detail::column_vector<step_t, 1> last_refresh_;
+  detail::column_vector<Float, 3> ewma_;
 };
 
 }  // namespace memdecay

@@ -175,12 +175,12 @@ class snapshot_writer {
   void param_list(std::string_view name, std::vector<T>& v) {
     list(name, 1, v);
   }
-  template <class T>
-  void column(std::string_view name, std::vector<T>& v, std::size_t /*expected*/) {
+  template <class T, class Alloc>
+  void column(std::string_view name, std::vector<T, Alloc>& v, std::size_t /*expected*/) {
     list(name, 3, v);
   }
-  template <class T>
-  void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t /*expected*/) {
+  template <class T, class Alloc>
+  void column_with_infinities(std::string_view name, std::vector<T, Alloc>& v, std::size_t /*expected*/) {
     list(name, 3, v);
   }
 
@@ -203,8 +203,8 @@ class snapshot_writer {
     head<T>(name, kind, 1);
     put(v);
   }
-  template <class T>
-  void list(std::string_view name, std::uint8_t kind, const std::vector<T>& v) {
+  template <class T, class Alloc>
+  void list(std::string_view name, std::uint8_t kind, const std::vector<T, Alloc>& v) {
     head<T>(name, kind, v.size());
     put_array(std::span<const T>(v));
   }
@@ -279,21 +279,21 @@ class snapshot_reader {
              "policy parameter " + std::string(name) + "[" + to_text(i) + "] differs from the target's");
   }
   /// A per-token or per-page column of `expected` elements; floats must be finite.
-  template <class T>
-  void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
+  template <class T, class Alloc>
+  void column(std::string_view name, std::vector<T, Alloc>& v, std::size_t expected) {
     checked_column(name, v, expected, false);
   }
   /// The same, for a column where infinity is a legitimate value (keep scores); NaN is still rejected.
-  template <class T>
-  void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t expected) {
+  template <class T, class Alloc>
+  void column_with_infinities(std::string_view name, std::vector<T, Alloc>& v, std::size_t expected) {
     checked_column(name, v, expected, true);
   }
   [[nodiscard]] std::uint32_t fields() const noexcept { return fields_; }
 
  private:
-  template <class T>
-  void checked_column(std::string_view name, std::vector<T>& v, std::size_t expected, bool infinities) {
-    std::vector<T> loaded;
+  template <class T, class Alloc>
+  void checked_column(std::string_view name, std::vector<T, Alloc>& v, std::size_t expected, bool infinities) {
+    std::vector<T, Alloc> loaded;
     const std::size_t at = pos_;
     list(name, 3, loaded, expected);
     if constexpr (std::is_floating_point_v<T>) {
@@ -339,8 +339,8 @@ class snapshot_reader {
     }
     return get<T>(std::string(name).c_str());
   }
-  template <class T>
-  void list(std::string_view name, std::uint8_t kind, std::vector<T>& out, std::size_t expected) {
+  template <class T, class Alloc>
+  void list(std::string_view name, std::uint8_t kind, std::vector<T, Alloc>& out, std::size_t expected) {
     const std::string field(name);
     const std::uint64_t count = head<T>(name, kind);
     if (count != expected)
@@ -758,12 +758,12 @@ struct snapshot_access {
     void param_list(std::string_view name, std::vector<T>& v) {
       f.param_list(name, v);
     }
-    template <class T>
-    void column(std::string_view name, std::vector<T>& v, std::size_t expected) {
+    template <class T, class Alloc>
+    void column(std::string_view name, std::vector<T, Alloc>& v, std::size_t expected) {
       if (std::find(columns.begin(), columns.end(), name) != columns.end()) f.column(name, v, expected);
     }
-    template <class T>
-    void column_with_infinities(std::string_view name, std::vector<T>& v, std::size_t expected) {
+    template <class T, class Alloc>
+    void column_with_infinities(std::string_view name, std::vector<T, Alloc>& v, std::size_t expected) {
       if (std::find(columns.begin(), columns.end(), name) != columns.end()) f.column_with_infinities(name, v, expected);
     }
   };

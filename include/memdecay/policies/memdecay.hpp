@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "memdecay/detail/column_vector.hpp"
 #include "memdecay/core/attention.hpp"
 #include "memdecay/core/config.hpp"
 #include "memdecay/detail/digest.hpp"
@@ -159,7 +160,7 @@ class memdecay {
   /// to within the scorer's tolerance (docs/simd.md), not bit for bit. Strong guarantee (the weights allocate).
   bool use_expfree_scores(const sequence_view& view, bool on) {
     if (on && clock_.usable()) {
-      std::vector<Float> w(view.kv_len());
+      detail::column_vector<Float, 2> w(view.kv_len());
       simd::reset_expfree(view.labels.data(), last_refresh_.data(), view.kv_len(), view.now, clock_, w.data());
       weights_ = std::move(w);
       expfree_ = true;
@@ -349,7 +350,7 @@ class memdecay {
     f.value("scores_valid", scores_valid_);
     f.value("scores_step", scores_step_);
     f.value("scores_tokens", scores_tokens_);
-    std::vector<Float> cached;  // the cache only while it is valid (a stale one is never read)
+    detail::column_vector<Float> cached;  // the cache only while it is valid (a stale one is never read)
     if constexpr (!Fields::loading)
       if (scores_valid_) cached = scores_;
     f.column_with_infinities("scores", cached, scores_valid_ ? f.num_pages() : 0);
@@ -419,14 +420,14 @@ class memdecay {
   simd::region_lut<Float> lut_;       ///< the region table in the SIMD scorer's layout
   simd::expfree_clock<Float> clock_;  ///< exp-free factors at the last on_advance step
   bool expfree_ = false;              ///< scores from the exp-free kernel
-  std::vector<Float> weights_;        ///< exp-free w_i, one per resident token
+  detail::column_vector<Float, 2> weights_;  ///< exp-free w_i, one per resident token
   page_aggregation aggregation_;
-  std::vector<Float> scores_;  ///< page scores left by the last fused observation ...
+  detail::column_vector<Float> scores_;  ///< page scores left by the last fused observation ...
   bool scores_valid_ = false;  ///< ... valid until the next hook, for this step and token count
   step_t scores_step_ = 0;
   std::size_t scores_tokens_ = 0;
-  std::vector<step_t> last_refresh_;
-  std::vector<Float> ewma_;
+  detail::column_vector<step_t, 1> last_refresh_;
+  detail::column_vector<Float, 3> ewma_;
   std::vector<std::uint32_t> appended_at_;  ///< observations_ when the token was appended
   std::uint32_t observations_ = 0;
 };
