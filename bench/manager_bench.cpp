@@ -35,6 +35,7 @@
 
 #include <memdecay/core/executor.hpp>
 #include <memdecay/core/manager.hpp>
+#include <memdecay/detail/column_vector.hpp>
 
 #include "expfree_roofline.hpp"
 
@@ -85,27 +86,38 @@ void step_loop(benchmark::State& st, batch_world& w, Exec& exec, std::size_t tok
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(tokens));
 }
 
+// Calls run(exec) with the executor of a row's thread count: the inline executor for 1, else a thread_pool of that
+// size (the caller included) whose waiting threads spin for `spin`.
+template <class Run>
+void with_executor(std::size_t threads, std::chrono::microseconds spin, Run&& run) {
+  if (threads == 1) {
+    md::inline_executor exec;
+    run(exec);
+  } else {
+    md::thread_pool pool(threads, spin);
+    run(pool);
+  }
+}
+
 void step(benchmark::State& st, std::size_t sequences, std::size_t tokens,
           std::chrono::microseconds spin = md::thread_pool::default_spin) {
   auto& w = world_of(sequences, tokens);
-  const auto threads = static_cast<std::size_t>(st.range(0));
-  if (threads == 1) {
-    md::inline_executor exec;
-    step_loop(st, w, exec, sequences * tokens);
-  } else {
-    md::thread_pool pool(threads, spin);
-    step_loop(st, w, pool, sequences * tokens);
-  }
+  with_executor(static_cast<std::size_t>(st.range(0)), spin,
+                [&](auto& exec) { step_loop(st, w, exec, sequences * tokens); });
 }
 
 // The exp-free fused pass's memory floor (expfree_roofline.hpp, the `fused/expfree_roofline` row's loop) over one
 // state per sequence, so that the batch's footprint is the step's: the manager's masses and observation (uniform
-// normalisation: scale = tokens, tau 1, beta 0.9).
+// normalisation: scale = tokens, tau 1, beta 0.9), the columns laid out as a sequence's (detail/column_vector.hpp:
+// labels and page scores slot 0, clocks 1, weights 2, EWMA 3; the mass a plain vector, as the engine's).
 struct roofline_world {
   struct arrays {
-    std::vector<md::region_id> region;
-    std::vector<float> w, ewma, mass, out;
-    std::vector<md::step_t> clock;
+    md::detail::column_vector<md::region_id> region;
+    md::detail::column_vector<md::step_t, 1> clock;
+    md::detail::column_vector<float, 2> w;
+    md::detail::column_vector<float, 3> ewma;
+    md::detail::column_vector<float> out;
+    std::vector<float> mass;
   };
   md::region_table table = md::default_region_table();
   md::simd::region_lut<float> lut{table};
@@ -144,22 +156,14 @@ void roofline(benchmark::State& st, std::size_t sequences, std::size_t tokens) {
   static std::map<std::pair<std::size_t, std::size_t>, std::unique_ptr<roofline_world>> built;
   auto& w = built[{sequences, tokens}];
   if (!w) w = std::make_unique<roofline_world>(sequences, tokens);
-  const auto threads = static_cast<std::size_t>(st.range(0));
-  auto loop = [&](auto& exec) {
+  with_executor(static_cast<std::size_t>(st.range(0)), md::thread_pool::default_spin, [&](auto& exec) {
     for (auto _ : st) {
       ++w->step;
       exec(sequences, [&](std::size_t s) { w->pass(s); });
       benchmark::DoNotOptimize(w->refreshed.data());
       benchmark::ClobberMemory();
     }
-  };
-  if (threads == 1) {
-    md::inline_executor exec;
-    loop(exec);
-  } else {
-    md::thread_pool pool(threads);
-    loop(pool);
-  }
+  });
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(sequences * tokens));
 }
 
