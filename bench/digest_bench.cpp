@@ -13,6 +13,12 @@
 //                                      FMAs consume here (each digest value feeds one FMA lane per query head of
 //                                      its group): the compute roofline, the most the kernel can reach in any cache
 //   digest/observe_query/f16/<pages>   seq.observe_query: bounds, the softmax estimate and the observation
+//   digest/bounds_pool/<storage>/<pages>/<threads>    the kernel in tasks of simd::digest_task_pages pages on a
+//                                      thread_pool (digests/digest_bounds_on.hpp, what page_digests::bounds runs
+//                                      with an executor)
+//   digest/roofline_pool/<storage>/<pages>/<threads>  the plain read in the same tasks on the same pool: the
+//                                      memory roofline of that many cores (one core cannot draw a machine's DRAM
+//                                      bandwidth), which bounds_pool is measured against
 //
 // Items are pages; bytes_per_second counts the digest bytes read (bytes_per_page without the presence byte), so
 // bounds / roofline is the share of the roofline reached. At 1K pages (4-8 MiB) the digests sit in L2/L3, at 256K
@@ -21,14 +27,19 @@
 //   memdecay_bench --benchmark_filter='^digest/'
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include <memdecay/core/executor.hpp>
 #include <memdecay/core/sequence.hpp>
+#include <memdecay/digests/digest_bounds_on.hpp>
 #include <memdecay/digests/page_digests.hpp>
 #include <memdecay/simd/digest_bound.hpp>
 #include <memdecay/simd/packet.hpp>
@@ -96,10 +107,12 @@ void run_bounds(workload& w) {
   benchmark::ClobberMemory();
 }
 
-float read_all(const workload& w) {
+// The digest bytes of pages [first, first + count) summed as floats (4 vector accumulators): a plain read.
+float read_pages(const workload& w, std::size_t first, std::size_t count) {
   using P = md::simd::packet<float, md::simd::native_isa>;
-  const float* p = w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data();
-  const std::size_t n = w.bytes() / 4;
+  const std::size_t page = w.bytes() / 4 / w.pages;  // floats per page
+  const float* p = (w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data()) + first * page;
+  const std::size_t n = count * page;
   auto a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
   std::size_t i = 0;
   for (; i + 4 * P::lanes <= n; i += 4 * P::lanes) {
@@ -110,6 +123,7 @@ float read_all(const workload& w) {
   }
   return P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
 }
+float read_all(const workload& w) { return read_pages(w, 0, w.pages); }
 
 // The same bytes in the kernel's order: blocks of PB pages (the register block digest_bound.hpp uses for 4 query
 // heads per KV head), one KV head's slice of each page of the block at a time, one vector of each page in turn.
@@ -176,6 +190,53 @@ void roofline_in_block_order(benchmark::State& st, md::digest_storage storage) {
   finish(st, w);
 }
 
+md::thread_pool& pool(std::size_t threads) {
+  static std::map<std::size_t, std::unique_ptr<md::thread_pool>> pools;
+  auto& slot = pools[threads];
+  if (!slot) slot = std::make_unique<md::thread_pool>(threads);
+  return *slot;
+}
+
+void bounds_pool(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  auto& exec = pool(static_cast<std::size_t>(st.range(1)));
+  const md::simd::digest_shape shape{kv_heads, query_heads, head_dim, md::digest_kind::min_max};
+  for (auto _ : st) {
+    switch (storage) {
+      case md::digest_storage::f32:
+        md::digest_bounds_on(exec, shape, w.f32.data(), w.pages, w.prepared.data(), w.out.data(), w.pages);
+        break;
+      case md::digest_storage::f16:
+        md::digest_bounds_on<md::simd::native_isa, std::uint16_t, md::half_format::f16>(
+            exec, shape, w.half.data(), w.pages, w.prepared.data(), w.out.data(), w.pages);
+        break;
+      case md::digest_storage::bf16:
+        md::digest_bounds_on<md::simd::native_isa, std::uint16_t, md::half_format::bf16>(
+            exec, shape, w.half.data(), w.pages, w.prepared.data(), w.out.data(), w.pages);
+        break;
+    }
+    benchmark::DoNotOptimize(w.out.data());
+    benchmark::ClobberMemory();
+  }
+  finish(st, w);
+}
+
+void roofline_pool(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  auto& exec = pool(static_cast<std::size_t>(st.range(1)));
+  constexpr std::size_t chunk = md::simd::digest_task_pages;
+  const std::size_t tasks = (w.pages + chunk - 1) / chunk;
+  std::vector<float> sums(tasks);
+  const std::function<void(std::size_t)> task = [&](std::size_t t) {
+    sums[t] = read_pages(w, t * chunk, std::min(chunk, w.pages - t * chunk));
+  };
+  for (auto _ : st) {
+    exec(tasks, task);
+    benchmark::DoNotOptimize(sums.data());
+  }
+  finish(st, w);
+}
+
 void observe_query(benchmark::State& st) {
   const auto pages = static_cast<std::size_t>(st.range(0));
   md::sequence seq(md::config{.page_size = 16});
@@ -218,6 +279,13 @@ const int registered = [] {
                                        [storage](benchmark::State& st) { roofline_in_block_order(st, storage); }));
     benchmark::RegisterBenchmark(("digest/fma_roofline/" + s).c_str(),
                                  [storage](benchmark::State& st) { fma_roofline(st, storage); });
+    const auto pages_and_threads = [](benchmark::internal::Benchmark* b) {
+      b->ArgsProduct({{16384, 262144}, {1, 2}})->Unit(benchmark::kMicrosecond);
+    };
+    pages_and_threads(benchmark::RegisterBenchmark(("digest/bounds_pool/" + s).c_str(),
+                                                   [storage](benchmark::State& st) { bounds_pool(st, storage); }));
+    pages_and_threads(benchmark::RegisterBenchmark(("digest/roofline_pool/" + s).c_str(),
+                                                   [storage](benchmark::State& st) { roofline_pool(st, storage); }));
   }
   benchmark::RegisterBenchmark("digest/observe_query/f16", observe_query)
       ->Arg(1024)

@@ -11,7 +11,7 @@
 //   4. one thread commits the global plan.
 // A third run does steps 1, 2 and 4 through the manager's batch step (observe_batch, advance_to and select_global
 // on a thread_pool whose waiting threads spin, the default) and must make the same decisions; a fourth, on a pool
-// whose threads sleep as soon as they wait.
+// whose threads sleep as soon as they wait. Last, a long sequence's digest bounds split over the pool's threads.
 // Every other sequence has a host tier, under a host pool they share: observations cover device tokens, the global
 // plans demote and drop, step 2 also commits a recall, and step 3's queries include recall plans.
 // TSan reports any data race (the test fails with exit code 66); the test also checks that the threaded run made
@@ -28,6 +28,7 @@
 
 #include "memdecay/core/executor.hpp"
 #include "memdecay/core/manager.hpp"
+#include "memdecay/digests/page_digests.hpp"
 
 namespace md = memdecay;
 
@@ -167,6 +168,26 @@ std::uint64_t run(bool threaded, bool race = false, bool batched = false,
   return decisions.value();
 }
 
+// The digest bounds of a long sequence split over a pool's threads (digests/digest_bounds_on.hpp): the tasks write
+// disjoint columns of one output while reading the same digests and query; the same bits as one call.
+bool pooled_bounds_match(std::chrono::microseconds spin) {
+  md::page_digests d({.kv_heads = 2, .head_dim = 16, .query_heads = 4, .storage = md::digest_storage::f16});
+  const std::size_t pages = 3 * md::simd::digest_task_pages + 5;
+  d.resize(pages);
+  std::vector<float> keys(2 * 2 * 16);
+  for (std::size_t p = 0; p < pages; ++p) {
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<float>((p * 31 + i * 7) % 23) / 11.0f - 1.0f;
+    d.set_from_keys(p, keys);
+  }
+  std::vector<float> query(4 * 16);
+  for (std::size_t i = 0; i < query.size(); ++i) query[i] = static_cast<float>(i % 5) - 2.0f;
+  std::vector<float> one(4 * pages), pooled(4 * pages);
+  d.bounds(query, one);
+  md::thread_pool pool(threads, spin);
+  d.bounds(query, pooled, pool);
+  return one == pooled;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +202,8 @@ int main(int argc, char** argv) {
   if (run(false, false, true) != serial) fail("the batch step on a thread_pool made other decisions");
   if (run(false, false, true, std::chrono::microseconds{0}) != serial)
     fail("the batch step on a thread_pool whose threads sleep at once made other decisions");
+  if (!pooled_bounds_match(md::thread_pool::default_spin) || !pooled_bounds_match(std::chrono::microseconds{0}))
+    fail("the digest bounds on a thread_pool differ from one call's");
   std::printf("tsan_test: OK: %d threads, %llu sequences, %d steps, same decisions as one thread (%016llx)\n", threads,
               static_cast<unsigned long long>(sequences), steps, static_cast<unsigned long long>(threaded));
   return 0;

@@ -800,11 +800,13 @@ class basic_manager {
 
   // --- recall (tiers/host_tier.hpp) ---------------------------------------------------------------------------
   /// basic_sequence::select_recall for `id`, displacing no page protected for this step and no shared page (its
-  /// block would stay held: the promotion would take a block and free none).
+  /// block would stay held: the promotion would take a block and free none). `exec` splits the page bounds over
+  /// its threads (the same plan for every executor).
+  template <executor Exec = inline_executor>
   [[nodiscard]] recall_plan select_recall(SequenceId id, std::span<const float> query,
-                                          head_bounds over_heads = head_bounds::max) const {
+                                          head_bounds over_heads = head_bounds::max, Exec&& exec = Exec{}) const {
     const auto& e = find_entry(id, "select_recall")->second;
-    return e.seq->select_recall(query, undisplaceable_pages(e, id), over_heads);
+    return e.seq->select_recall(query, undisplaceable_pages(e, id), over_heads, exec);
   }
   /// basic_sequence::select_recall_for_bounds for `id`, with the same protections as select_recall.
   [[nodiscard]] recall_plan select_recall_for_bounds(SequenceId id, std::span<const float> page_bounds) const {

@@ -46,6 +46,7 @@
 #include "memdecay/core/attention.hpp"
 #include "memdecay/core/attention_rows.hpp"
 #include "memdecay/core/config.hpp"
+#include "memdecay/core/executor.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/digests/key_norm_signal.hpp"
 #include "memdecay/digests/page_digests.hpp"
@@ -397,19 +398,23 @@ class basic_sequence {
   }
   /// Query head j's logit bound on page p into out[j * num_pages() + p] (page_digests::bounds: Quest's upper bound
   /// for min/max digests; +inf for a page without a digest). input_error for a query of the wrong length or a
-  /// non-finite value; usage_error without digests.
-  void query_page_bounds(std::span<const float> query, std::span<float> out) const {
+  /// non-finite value; usage_error without digests. `exec` (core/executor.hpp) splits the pages over its threads
+  /// (digests/digest_bounds_on.hpp), here and in observe_query, estimate_query_attention and select_recall: the
+  /// same bounds bit for bit, so the same observation and plan, for every executor and thread count.
+  template <executor Exec = inline_executor>
+  void query_page_bounds(std::span<const float> query, std::span<float> out, Exec&& exec = Exec{}) const {
     check_digests("query_page_bounds");
-    digests_->bounds(query, out);
+    digests_->bounds(query, out, exec);
   }
   /// Observes the attention estimated from `query` (query_heads x head_dim) and the page digests instead of
   /// measured attention: per-page mass by `how` (digests/query_signal.hpp), summing to `total` (1 matches a mean
   /// head reduction; the number of heads a sum), shared among each page's tokens as observe_pages does. Returns
   /// what observe_pages returns. Errors as query_page_bounds, changing nothing.
+  template <executor Exec = inline_executor>
   std::size_t observe_query(std::span<const float> query, query_signal how = query_signal::bound_softmax,
-                            double total = 1.0) {
+                            double total = 1.0, Exec&& exec = Exec{}) {
     check_digests("observe_query");
-    const auto mass = estimate_query_attention(query, how, total);
+    const auto mass = estimate_query_attention(query, how, total, exec);
     return observe_pages(std::span<const Float>(mass));
   }
   /// Observes the attention estimated from the resident tokens' key norms (KnormPress: a low norm, a high share;
@@ -424,13 +429,14 @@ class basic_sequence {
     return observe_tokens(std::span<const Float>(mass));
   }
   /// The per-page mass observe_query would observe, without observing it (one entry per device page).
+  template <executor Exec = inline_executor>
   [[nodiscard]] std::vector<Float> estimate_query_attention(std::span<const float> query,
                                                             query_signal how = query_signal::bound_softmax,
-                                                            double total = 1.0) const {
+                                                            double total = 1.0, Exec&& exec = Exec{}) const {
     check_digests("estimate_query_attention");
     const std::size_t heads = digests_->layout().effective_query_heads();
     std::vector<float> bounds(heads * num_pages());
-    digests_->bounds(query, std::span<float>(bounds));
+    digests_->bounds(query, std::span<float>(bounds), exec);
     if (hosting()) bounds = device_columns(bounds, heads);  // attention covers the device pages only
     std::vector<std::uint32_t> tokens;
     tokens.reserve(device_pages());
@@ -597,15 +603,16 @@ class basic_sequence {
   /// may be displaced. Host pages without a digest are never recalled, device pages without one never displaced.
   /// A page's bound is its best query head's (head_bounds::max) or the mean over the heads (head_bounds::mean; a
   /// NaN head bound then leaves the page unjudged). usage_error without a host tier or digests; input_error for a
-  /// bad query.
+  /// bad query. `exec` splits the bounds over its threads (query_page_bounds).
+  template <executor Exec = inline_executor>
   [[nodiscard]] recall_plan select_recall(std::span<const float> query,
                                           std::span<const std::size_t> caller_protected = {},
-                                          head_bounds over_heads = head_bounds::max) const {
+                                          head_bounds over_heads = head_bounds::max, Exec&& exec = Exec{}) const {
     check_tier("select_recall");
     check_digests("select_recall");
     const std::size_t heads = digests_->layout().effective_query_heads(), n = num_pages();
     std::vector<float> bounds(heads * n);
-    digests_->bounds(query, std::span<float>(bounds));
+    digests_->bounds(query, std::span<float>(bounds), exec);
     std::vector<float> page_bound(n);
     if (over_heads == head_bounds::attention) {
       // The log of the page's estimated attention mass (query_signal.hpp's bound_softmax: each head's softmax over

@@ -5,6 +5,7 @@
 //   d.resize(seq.num_pages());
 //   d.set_from_keys(page, keys);         // the page's keys, tokens x kv_heads x head_dim; or set_min_max / _mean
 //   d.bounds(query, out);                // out[j * num_pages() + p]: query head j's logit bound on page p
+//   d.bounds(query, out, pool);          // the same bounds, the pages split over an executor's threads
 //
 // A basic_sequence holds one (enable_digests) and keeps it in its page order: pages enter without a digest,
 // digests leave with their pages, and observe_query turns the bounds into the attention MemDecay consumes
@@ -32,7 +33,9 @@
 #include <vector>
 
 #include "memdecay/detail/digest.hpp"
+#include "memdecay/core/executor.hpp"
 #include "memdecay/detail/error.hpp"
+#include "memdecay/digests/digest_bounds_on.hpp"
 #include "memdecay/simd/digest_bound.hpp"
 #include "memdecay/simd/half.hpp"
 
@@ -217,9 +220,11 @@ class page_digests {
 
   /// Query head j's bound of page p into out[j * num_pages() + p] (out has query_heads x num_pages() entries):
   /// the scaled logit upper bound (min_max) or estimate (mean_key); +infinity for a page without a digest (it
-  /// could hold anything). `query`: query_heads x head_dim floats, head after head, finite.
-  template <simd::isa A = simd::native_isa>
-  void bounds(std::span<const float> query, std::span<float> out) const {
+  /// could hold anything). `query`: query_heads x head_dim floats, head after head, finite. `exec` (core/
+  /// executor.hpp) runs the pages in tasks (digests/digest_bounds_on.hpp): the same bounds bit for bit for every
+  /// executor and thread count.
+  template <simd::isa A = simd::native_isa, executor Exec = inline_executor>
+  void bounds(std::span<const float> query, std::span<float> out, Exec&& exec = Exec{}) const {
     check_query(query);
     if (out.size() != layout_.effective_query_heads() * num_pages())
       detail::raise_input(
@@ -231,13 +236,16 @@ class page_digests {
     const simd::digest_shape shape{layout_.kv_heads, layout_.effective_query_heads(), layout_.head_dim, layout_.kind};
     const std::size_t n = num_pages();
     switch (layout_.storage) {
-      case digest_storage::f32: simd::digest_bounds<A>(shape, f32_.data(), n, prepared.data(), out.data(), n); break;
+      case digest_storage::f32:
+        digest_bounds_on<A>(exec, shape, f32_.data(), n, prepared.data(), out.data(), n);
+        break;
       case digest_storage::f16:
-        simd::digest_bounds<A, std::uint16_t, half_format::f16>(shape, half_.data(), n, prepared.data(), out.data(), n);
+        digest_bounds_on<A, std::uint16_t, half_format::f16>(exec, shape, half_.data(), n, prepared.data(),
+                                                             out.data(), n);
         break;
       case digest_storage::bf16:
-        simd::digest_bounds<A, std::uint16_t, half_format::bf16>(shape, half_.data(), n, prepared.data(), out.data(),
-                                                                 n);
+        digest_bounds_on<A, std::uint16_t, half_format::bf16>(exec, shape, half_.data(), n, prepared.data(),
+                                                              out.data(), n);
         break;
     }
     for (std::size_t p = 0; p < n; ++p)

@@ -109,6 +109,13 @@ template <isa A>
 inline constexpr std::size_t digest_block_accumulators =
     requires { packet<float, A>::has_transpose_sum; } ? packet<float, A>::lanes : 8;
 
+/// Pages per task when the bounds are split over threads (digests/digest_bounds_on.hpp). A multiple of every
+/// register block's page count (digest_block_accumulators / group <= 16 on every isa), so a task's pages fall in
+/// the same blocks as in one call over all pages, the tail pages are the same, and the bounds are the same bit for
+/// bit whatever the split. 512 pages of 8 KV heads x 128 min/max are 4 MiB of f32 (2 of f16): long enough for the
+/// prefetch to run ahead within the task and for a pool's dispatch (about a microsecond) to vanish.
+inline constexpr std::size_t digest_task_pages = 512;
+
 namespace detail {
 MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
@@ -256,6 +263,7 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
                      std::size_t out_stride) noexcept {
   constexpr std::size_t V = vectors_per_head(Kind);
   constexpr std::size_t PB = digest_block_accumulators<A> / G;
+  static_assert(digest_task_pages % PB == 0, "a task's pages must fall in whole blocks");
   const std::size_t page_elems = s.kv_heads * V * s.dim;
   std::size_t p = 0;
   for (; p + PB <= pages; p += PB)
