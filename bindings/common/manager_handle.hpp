@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,8 +67,9 @@ class manager_handle {
   [[nodiscard]] virtual std::size_t reclaimable_pages() const = 0;
   [[nodiscard]] virtual std::size_t physical_pages() const = 0;
   [[nodiscard]] virtual std::size_t host_pages() const = 0;
+  /// `threads` > 1 splits the page bounds over the handle's pool (the same plan).
   [[nodiscard]] virtual md::recall_plan select_recall(std::uint64_t id, std::span<const float> query,
-                                                      md::head_bounds over_heads) const = 0;
+                                                      md::head_bounds over_heads, std::size_t threads) const = 0;
   [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::uint64_t id,
                                                                  std::span<const float> bounds) const = 0;
   virtual void check_recall(std::uint64_t id, const md::recall_plan& plan) const = 0;
@@ -176,8 +178,11 @@ class manager_impl final : public manager_handle {
   [[nodiscard]] std::size_t physical_pages() const override { return mgr_->physical_pages(); }
   [[nodiscard]] std::size_t host_pages() const override { return mgr_->host_pages(); }
   [[nodiscard]] md::recall_plan select_recall(std::uint64_t id, std::span<const float> query,
-                                              md::head_bounds over_heads) const override {
-    return mgr_->select_recall(id, query, over_heads);
+                                              md::head_bounds over_heads, std::size_t threads) const override {
+    if (threads <= 1) return mgr_->select_recall(id, query, over_heads);
+    // A const call: several Python threads may make one at once, and a thread_pool takes one call at a time.
+    std::lock_guard lock(const_pool_mutex_);
+    return mgr_->select_recall(id, query, over_heads, pool(threads));
   }
   [[nodiscard]] md::recall_plan select_recall_for_bounds(std::uint64_t id,
                                                          std::span<const float> bounds) const override {
@@ -231,7 +236,7 @@ class manager_impl final : public manager_handle {
   }
 
  private:
-  md::thread_pool& pool(std::size_t threads) {
+  md::thread_pool& pool(std::size_t threads) const {
     if (!pool_ || pool_->size() != threads) {
       pool_.reset();
       pool_ = std::make_unique<md::thread_pool>(threads);
@@ -242,7 +247,8 @@ class manager_impl final : public manager_handle {
     return std::make_shared<handle_impl<Seq, managed<Seq>>>(managed<Seq>{mgr_, id});
   }
   std::shared_ptr<Mgr> mgr_;
-  std::unique_ptr<md::thread_pool> pool_;
+  mutable std::unique_ptr<md::thread_pool> pool_;  // the batch step's and, under the mutex, const calls'
+  mutable std::mutex const_pool_mutex_;
 };
 
 }  // namespace memdecay_bindings

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <Eigen/Core>
 
+#include <memdecay/core/executor.hpp>
 #include <memdecay/core/sequence.hpp>
 #include <memdecay/exports/llama_cpp.hpp>
 #include <memdecay/exports/tensorrt_llm.hpp>
@@ -92,10 +94,13 @@ class sequence_handle {
   virtual void set_page_digest(std::size_t page, std::span<const float> lo, std::span<const float> hi) = 0;
   virtual void set_page_mean_key(std::size_t page, std::span<const float> mean) = 0;
   virtual void set_page_keys(std::size_t page, std::span<const float> keys) = 0;
-  virtual void query_page_bounds(std::span<const float> query, std::span<float> out) const = 0;
-  virtual std::size_t observe_query(std::span<const float> query, md::query_signal how, double total) = 0;
+  // `threads`: 1 runs the bounds on the caller's thread; more splits the pages over a thread_pool of that many the
+  // handle keeps (digests/digest_bounds_on.hpp: the same bounds bit for bit).
+  virtual void query_page_bounds(std::span<const float> query, std::span<float> out, std::size_t threads) const = 0;
+  virtual std::size_t observe_query(std::span<const float> query, md::query_signal how, double total,
+                                    std::size_t threads) = 0;
   [[nodiscard]] virtual std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
-                                                                    double total) const = 0;
+                                                                    double total, std::size_t threads) const = 0;
   // The host tier (tiers/host_tier.hpp).
   virtual void enable_host_tier(const md::host_tier_config& cfg) = 0;
   virtual void disable_host_tier() = 0;
@@ -104,7 +109,7 @@ class sequence_handle {
   [[nodiscard]] virtual std::size_t device_pages() const = 0;
   [[nodiscard]] virtual std::size_t device_index(std::size_t page) const = 0;
   [[nodiscard]] virtual md::recall_plan select_recall(std::span<const float> query, std::span<const std::size_t> prot,
-                                                      md::head_bounds over_heads) const = 0;
+                                                      md::head_bounds over_heads, std::size_t threads) const = 0;
   [[nodiscard]] virtual md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
                                                                  std::span<const std::size_t> prot) const = 0;
   virtual void check_recall(const md::recall_plan& plan) const = 0;
@@ -216,15 +221,16 @@ class handle_impl final : public sequence_handle {
     get().set_page_mean_key(page, mean);
   }
   void set_page_keys(std::size_t page, std::span<const float> keys) override { get().set_page_keys(page, keys); }
-  void query_page_bounds(std::span<const float> query, std::span<float> out) const override {
-    get().query_page_bounds(query, out);
+  void query_page_bounds(std::span<const float> query, std::span<float> out, std::size_t threads) const override {
+    on_threads(threads, [&](auto& exec) { get().query_page_bounds(query, out, exec); });
   }
-  std::size_t observe_query(std::span<const float> query, md::query_signal how, double total) override {
-    return get().observe_query(query, how, total);
+  std::size_t observe_query(std::span<const float> query, md::query_signal how, double total,
+                            std::size_t threads) override {
+    return on_threads(threads, [&](auto& exec) { return get().observe_query(query, how, total, exec); });
   }
   [[nodiscard]] std::vector<float> estimate_query_attention(std::span<const float> query, md::query_signal how,
-                                                            double total) const override {
-    return get().estimate_query_attention(query, how, total);
+                                                            double total, std::size_t threads) const override {
+    return on_threads(threads, [&](auto& exec) { return get().estimate_query_attention(query, how, total, exec); });
   }
   void enable_host_tier(const md::host_tier_config& cfg) override { get().enable_host_tier(cfg); }
   void disable_host_tier() override { get().disable_host_tier(); }
@@ -235,8 +241,8 @@ class handle_impl final : public sequence_handle {
   [[nodiscard]] std::size_t device_pages() const override { return get().device_pages(); }
   [[nodiscard]] std::size_t device_index(std::size_t page) const override { return get().device_index(page); }
   [[nodiscard]] md::recall_plan select_recall(std::span<const float> query, std::span<const std::size_t> prot,
-                                              md::head_bounds over_heads) const override {
-    return get().select_recall(query, prot, over_heads);
+                                              md::head_bounds over_heads, std::size_t threads) const override {
+    return on_threads(threads, [&](auto& exec) { return get().select_recall(query, prot, over_heads, exec); });
   }
   [[nodiscard]] md::recall_plan select_recall_for_bounds(std::span<const float> bounds,
                                                          std::span<const std::size_t> prot) const override {
@@ -274,7 +280,25 @@ class handle_impl final : public sequence_handle {
   Seq& get() const { return access_(); }
 
  private:
+  // Runs f(executor): inline for threads <= 1, else on the handle's pool of `threads`, one call at a time (const
+  // calls may come from several Python threads at once; a thread_pool takes one call at a time).
+  template <class F>
+  decltype(auto) on_threads(std::size_t threads, F&& f) const {
+    if (threads <= 1) {
+      md::inline_executor exec;
+      return f(exec);
+    }
+    std::lock_guard lock(pool_mutex_);
+    if (!pool_ || pool_->size() != threads) {
+      pool_.reset();
+      pool_ = std::make_unique<md::thread_pool>(threads);
+    }
+    return f(*pool_);
+  }
+
   Access access_;
+  mutable std::mutex pool_mutex_;
+  mutable std::unique_ptr<md::thread_pool> pool_;
 };
 
 /// Owns its sequence.

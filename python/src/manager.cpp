@@ -180,13 +180,14 @@ void bind_manager(py::module_& m) {
                              "Pages on the host tiers of all sequences (at most host_pool).")
       .def(
           "select_recall",
-          [](const manager_handle& mh, std::uint64_t id, const py::object& query, const std::string& heads) {
+          [](const manager_handle& mh, std::uint64_t id, const py::object& query, const std::string& heads,
+             std::size_t threads) {
             const auto q = float_values(query, "query");
             const auto over_heads = head_bounds_of(heads);
             py::gil_scoped_release release;
-            return mh.select_recall(id, values_of(q), over_heads);
+            return mh.select_recall(id, values_of(q), over_heads, threads);
           },
-          py::arg("id"), py::arg("query"), py::arg("heads") = "max",
+          py::arg("id"), py::arg("query"), py::arg("heads") = "max", py::arg("threads") = 1,
           "Sequence `id`'s recall plan for the query (needs its host tier and page digests); never displaces a page "
           "protected for this step or shared.")
       .def(

@@ -283,34 +283,39 @@ void bind_sequence(py::module_& m) {
           "Computes page `page`'s digest from its keys (tokens x kv_heads x head_dim, any shape of that size).")
       .def(
           "page_bounds",
-          [](const H& s, const py::object& query) {
+          [](const H& s, const py::object& query, std::size_t threads) {
             const auto q = float_values(query, "query");
             const auto* d = s.digests();
             const std::size_t heads = d ? d->layout().effective_query_heads() : 0, pages = s.num_pages();
             py::array_t<float> out({static_cast<py::ssize_t>(heads), static_cast<py::ssize_t>(pages)});
-            s.query_page_bounds(values_of(q), {out.mutable_data(), heads * pages});
+            float* data = out.mutable_data();
+            {
+              py::gil_scoped_release release;
+              s.query_page_bounds(values_of(q), {data, heads * pages}, threads);
+            }
             return out;
           },
-          py::arg("query"),
-          "Each query head's logit bound on each page (query_heads x num_pages; inf for a page without a digest).")
+          py::arg("query"), py::arg("threads") = 1,
+          "Each query head's logit bound on each page (query_heads x num_pages; inf for a page without a digest). "
+          "threads > 1 splits the pages over a pool of that many threads: the same bounds bit for bit.")
       .def(
           "observe_query",
-          [](H& s, const py::object& query, const std::string& signal, double total) {
+          [](H& s, const py::object& query, const std::string& signal, double total, std::size_t threads) {
             const auto q = float_values(query, "query");
             const auto how = signal_of(signal);
             py::gil_scoped_release release;
-            return s.observe_query(values_of(q), how, total);
+            return s.observe_query(values_of(q), how, total, threads);
           },
-          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0,
+          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0, py::arg("threads") = 1,
           "Observes the attention estimated from the query (query_heads x head_dim) and the page digests, for "
           "engines that never materialise attention; returns the tokens refreshed.")
       .def(
           "estimate_query_attention",
-          [](const H& s, const py::object& query, const std::string& signal, double total) {
+          [](const H& s, const py::object& query, const std::string& signal, double total, std::size_t threads) {
             const auto q = float_values(query, "query");
-            return to_numpy(s.estimate_query_attention(values_of(q), signal_of(signal), total));
+            return to_numpy(s.estimate_query_attention(values_of(q), signal_of(signal), total, threads));
           },
-          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0,
+          py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0, py::arg("threads") = 1,
           "The per-page attention observe_query would observe (num_pages entries summing to total).")
       .def(
           "enable_host_tier",
@@ -353,14 +358,15 @@ void bind_sequence(py::module_& m) {
            "A device page's index in the device page table (InputError for a host page).")
       .def(
           "select_recall",
-          [](const H& s, const py::object& query, const py::object& protect, const std::string& heads) {
+          [](const H& s, const py::object& query, const py::object& protect, const std::string& heads,
+             std::size_t threads) {
             const auto q = float_values(query, "query");
             const auto prot = page_list(protect);
             const auto over_heads = head_bounds_of(heads);
             py::gil_scoped_release release;
-            return s.select_recall(values_of(q), prot, over_heads);
+            return s.select_recall(values_of(q), prot, over_heads, threads);
           },
-          py::arg("query"), py::arg("protect") = py::none(), py::arg("heads") = "max",
+          py::arg("query"), py::arg("protect") = py::none(), py::arg("heads") = "max", py::arg("threads") = 1,
           "The recall plan for the step's query (query_heads x head_dim): needs a host tier and page digests. "
           "heads: 'max' ranks a page by its best query head's bound, 'mean' by the mean over the heads.")
       .def(

@@ -86,3 +86,47 @@ def test_snapshots_carry_the_digests(rng):
     assert copy.has_digests and copy.pages_with_digest() == seq.num_pages
     assert copy.digest() == seq.digest()
     np.testing.assert_array_equal(copy.page_bounds(query), seq.page_bounds(query))
+
+
+def test_threads_split_the_pages_and_change_no_bound_and_no_decision(rng):
+    # 1,300 pages: more than two tasks of 512 pages, so threads=2 and 3 really split them.
+    config = md.Config(page_size=4, protection=md.Protection(recent_tokens=4, sink_pages=0),
+                       budget=md.Budget.pages(1000))
+
+    def long_tiered(seq=None):
+        seq = seq if seq is not None else md.Sequence(config)
+        seq.append("system", 4)
+        for step in range(1, 1300):
+            seq.advance_to(step)
+            seq.append("user" if step % 3 else "tool_out", 4)
+        seq.enable_digests(kv_heads=2, head_dim=8, query_heads=4, storage="bf16")
+        keys = np.random.default_rng(7).normal(size=(seq.num_pages, 4, 2, 8)).astype(np.float32)
+        for p in range(seq.num_pages):
+            seq.set_page_keys(p, keys[p])
+        seq.enable_host_tier(hysteresis=0.01)
+        return seq
+
+    def committed(seq):
+        seq.commit(seq.select_for_budget())
+        return seq
+
+    one, pooled = committed(long_tiered()), committed(long_tiered())
+    assert one.host_pages > 0
+    query = rng.normal(size=(4, 8)).astype(np.float32)
+    bounds = one.page_bounds(query)
+    for threads in (2, 3):
+        np.testing.assert_array_equal(pooled.page_bounds(query, threads=threads), bounds)
+    np.testing.assert_array_equal(pooled.estimate_query_attention(query, threads=2),
+                                  one.estimate_query_attention(query))
+    assert pooled.observe_query(query, threads=2) == one.observe_query(query)
+    want, got = one.select_recall(query), pooled.select_recall(query, threads=2)
+    for field in ("promote", "promote_bounds", "demote", "drop"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    assert pooled.digest() == one.digest()
+    # The manager's recall (its protections around the sequence's plan) on a pool too.
+    mgr = md.Manager(page_size=4)
+    long_tiered(mgr.open(1, config))
+    mgr.commit(mgr.select_global())
+    want, got = mgr.select_recall(1, query), mgr.select_recall(1, query, threads=2)
+    for field in ("promote", "promote_bounds", "demote", "drop"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
