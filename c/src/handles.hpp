@@ -30,6 +30,10 @@ using memdecay_bindings::plan_type;
 using memdecay_bindings::pool_type;
 using memdecay_bindings::sequence_handle;
 
+/// The handles' `threads` argument for the digest bounds: the C API runs them on the caller's thread (handles are
+/// one thread at a time, docs/c-api.md).
+inline constexpr std::size_t single_thread = 1;
+
 /// An error the C layer raises itself (a NULL argument, a short buffer, a failed callback).
 struct c_error {
   memdecay_status status;

@@ -176,7 +176,8 @@ memdecay_status memdecay_manager_select_recall_over_heads(const memdecay_manager
                                                           memdecay_recall_heads heads, memdecay_recall_plan** out) {
   return on_manager(manager, [&](manager_handle& m) {
     require(out, "out");
-    *out = new memdecay_recall_plan{m.select_recall(id, array_of(query, query_count, "query"), head_bounds_of(heads))};
+    *out = new memdecay_recall_plan{
+        m.select_recall(id, array_of(query, query_count, "query"), head_bounds_of(heads), single_thread)};
   });
 }
 

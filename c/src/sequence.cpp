@@ -158,7 +158,7 @@ memdecay_status memdecay_sequence_page_bounds(const memdecay_sequence* sequence,
                                               float* out, size_t out_count) {
   return on_sequence(sequence, [&](sequence_handle& s) {
     array_of(out, out_count, "out");
-    s.query_page_bounds(array_of(query, query_count, "query"), {out, out_count});
+    s.query_page_bounds(array_of(query, query_count, "query"), {out, out_count}, single_thread);
   });
 }
 
@@ -169,7 +169,8 @@ memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, con
       raise(MEMDECAY_INVALID_ARGUMENT, "signal = " + std::to_string(static_cast<int>(signal)) +
                                            " (MEMDECAY_SIGNAL_BOUND_SOFTMAX or _BOUND_SOFTMAX_TOKENS)");
     set_if(refreshed,
-           s.observe_query(array_of(query, query_count, "query"), static_cast<md::query_signal>(signal), total));
+           s.observe_query(array_of(query, query_count, "query"), static_cast<md::query_signal>(signal), total,
+                           single_thread));
   });
 }
 
@@ -415,7 +416,7 @@ memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequen
   return on_sequence(sequence, [&](sequence_handle& s) {
     require(out, "out");
     auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"),
-                                head_bounds_of(heads));
+                                head_bounds_of(heads), single_thread);
     *out = new memdecay_recall_plan{std::move(plan)};
   });
 }
