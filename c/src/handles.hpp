@@ -30,10 +30,6 @@ using memdecay_bindings::plan_type;
 using memdecay_bindings::pool_type;
 using memdecay_bindings::sequence_handle;
 
-/// The handles' `threads` argument for the digest bounds: the C API runs them on the caller's thread (handles are
-/// one thread at a time, docs/c-api.md).
-inline constexpr std::size_t single_thread = 1;
-
 /// An error the C layer raises itself (a NULL argument, a short buffer, a failed callback).
 struct c_error {
   memdecay_status status;
@@ -42,6 +38,18 @@ struct c_error {
 
 [[noreturn]] inline void raise(memdecay_status status, std::string message) {
   throw c_error{status, std::move(message)};
+}
+
+/// The thread count memdecay_*_set_threads takes: 1 (the caller's thread) up to this, which no engine host
+/// reaches and a mistaken count (a negative int cast to size_t) does.
+inline constexpr std::size_t max_threads = 1024;
+
+/// `threads` if it is a thread count, else MEMDECAY_INVALID_ARGUMENT naming it.
+inline std::size_t thread_count(std::size_t threads) {
+  if (threads == 0 || threads > max_threads)
+    raise(MEMDECAY_INVALID_ARGUMENT, "threads = " + std::to_string(threads) + " (1 to " +
+                                         std::to_string(max_threads) + ")");
+  return threads;
 }
 
 /// MEMDECAY_CALLBACK_ERROR unless the engine's callback returned 0 (the commits with a callback, before the state
@@ -151,6 +159,7 @@ struct memdecay_sequence {
   std::shared_ptr<memdecay_c::sequence_handle> handle;
   std::string policy;
   std::string error;
+  std::size_t threads = 1;  // the digest bounds' (memdecay_sequence_set_threads)
 };
 
 struct memdecay_plan {
@@ -169,6 +178,7 @@ struct memdecay_manager {
   std::shared_ptr<memdecay_c::manager_handle> handle;
   std::string error;
   std::vector<std::byte> snapshot;  // the last memdecay_manager_save's bytes
+  std::size_t threads = 1;          // the step's and the recall's (memdecay_manager_set_threads)
 };
 
 struct memdecay_checkpoint {

@@ -126,7 +126,15 @@ memdecay_status memdecay_manager_close(memdecay_manager* manager, uint64_t id) {
 }
 
 memdecay_status memdecay_manager_advance_to(memdecay_manager* manager, uint32_t step) {
-  return on_manager(manager, [&](manager_handle& m) { m.advance_to(step); });
+  return on_manager(manager, [&](manager_handle& m) { m.advance_to(step, manager->threads); });
+}
+
+memdecay_status memdecay_manager_set_threads(memdecay_manager* manager, size_t threads) {
+  return on_manager(manager, [&](manager_handle&) { manager->threads = thread_count(threads); });
+}
+
+memdecay_status memdecay_manager_get_threads(const memdecay_manager* manager, size_t* threads) {
+  return on_manager(manager, [&](manager_handle&) { *require(threads, "threads") = manager->threads; });
 }
 
 memdecay_status memdecay_manager_protect_pages(memdecay_manager* manager, uint64_t id, const size_t* pages,
@@ -177,7 +185,7 @@ memdecay_status memdecay_manager_select_recall_over_heads(const memdecay_manager
   return on_manager(manager, [&](manager_handle& m) {
     require(out, "out");
     *out = new memdecay_recall_plan{
-        m.select_recall(id, array_of(query, query_count, "query"), head_bounds_of(heads), single_thread)};
+        m.select_recall(id, array_of(query, query_count, "query"), head_bounds_of(heads), manager->threads)};
   });
 }
 
@@ -199,7 +207,7 @@ memdecay_status memdecay_manager_select_global(const memdecay_manager* manager, 
                                                memdecay_global_plan** out) {
   return on_manager(manager, [&](manager_handle& m) {
     require(out, "out");
-    auto* p = new memdecay_global_plan{m.select_global(pages_to_free), {}};
+    auto* p = new memdecay_global_plan{m.select_global(pages_to_free, manager->threads), {}};
     try {
       p->victims.reserve(p->plan.victims.size());
       for (const auto& v : p->plan.victims)

@@ -158,8 +158,16 @@ memdecay_status memdecay_sequence_page_bounds(const memdecay_sequence* sequence,
                                               float* out, size_t out_count) {
   return on_sequence(sequence, [&](sequence_handle& s) {
     array_of(out, out_count, "out");
-    s.query_page_bounds(array_of(query, query_count, "query"), {out, out_count}, single_thread);
+    s.query_page_bounds(array_of(query, query_count, "query"), {out, out_count}, sequence->threads);
   });
+}
+
+memdecay_status memdecay_sequence_set_threads(memdecay_sequence* sequence, size_t threads) {
+  return on_sequence(sequence, [&](sequence_handle&) { sequence->threads = thread_count(threads); });
+}
+
+memdecay_status memdecay_sequence_get_threads(const memdecay_sequence* sequence, size_t* threads) {
+  return on_sequence(sequence, [&](sequence_handle&) { *require(threads, "threads") = sequence->threads; });
 }
 
 memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query, size_t query_count,
@@ -170,7 +178,7 @@ memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, con
                                            " (MEMDECAY_SIGNAL_BOUND_SOFTMAX or _BOUND_SOFTMAX_TOKENS)");
     set_if(refreshed,
            s.observe_query(array_of(query, query_count, "query"), static_cast<md::query_signal>(signal), total,
-                           single_thread));
+                           sequence->threads));
   });
 }
 
@@ -416,7 +424,7 @@ memdecay_status memdecay_sequence_select_recall_over_heads(const memdecay_sequen
   return on_sequence(sequence, [&](sequence_handle& s) {
     require(out, "out");
     auto plan = s.select_recall(array_of(query, query_count, "query"), array_of(protect, num_protect, "protect"),
-                                head_bounds_of(heads), single_thread);
+                                head_bounds_of(heads), sequence->threads);
     *out = new memdecay_recall_plan{std::move(plan)};
   });
 }

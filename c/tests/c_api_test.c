@@ -1059,6 +1059,135 @@ static void test_keep_largest_query_channels(void) {
   CHECK_OK(memdecay_keep_largest_query_channels(NULL, 0, 4, 1)); /* no heads */
 }
 
+/* A manager with one sequence of 1,300 pages (more than two of the bounds' 512-page tasks) with f16 min/max digests
+ * (2 KV heads of 16 channels, 4 query heads), a host tier, and half its pages demoted to host. */
+enum { long_pages = 1300, long_kv = 2, long_dim = 16, long_query_heads = 4 };
+static memdecay_manager* long_tiered_manager(const memdecay_config* cfg, memdecay_sequence** seq) {
+  memdecay_manager* mgr = NULL;
+  memdecay_global_plan* plan = NULL;
+  memdecay_host_tier_config tier = memdecay_host_tier_config_default();
+  float lo[long_kv * long_dim], hi[long_kv * long_dim];
+  uint32_t state = 12345u;
+  size_t p, i;
+  CHECK_OK(memdecay_manager_create_with_host_pool("memdecay", 16, 0, 0, long_pages, &mgr));
+  CHECK_OK(memdecay_manager_open(mgr, 7, cfg, NULL, seq));
+  CHECK_OK(memdecay_sequence_append(*seq, MEMDECAY_REGION_SYSTEM, 16));
+  CHECK_OK(memdecay_sequence_append(*seq, MEMDECAY_REGION_TOOL_OUT, (long_pages - 1) * 16));
+  CHECK_OK(memdecay_sequence_enable_digests(*seq, long_kv, long_dim, long_query_heads, MEMDECAY_DIGEST_MIN_MAX,
+                                            MEMDECAY_DIGEST_F16, 0.0));
+  for (p = 0; p < long_pages; ++p) {
+    for (i = 0; i < long_kv * long_dim; ++i) {
+      state = state * 1664525u + 1013904223u;
+      lo[i] = (float)(state >> 8) / 16777216.0f - 0.5f;
+      hi[i] = lo[i] + (float)((state >> 4) & 15u) / 16.0f;
+    }
+    CHECK_OK(memdecay_sequence_set_page_digest(*seq, p, lo, hi, long_kv * long_dim));
+  }
+  tier.host_budget_unit = MEMDECAY_BUDGET_PAGES;
+  tier.host_budget = long_pages;
+  CHECK_OK(memdecay_sequence_enable_host_tier(*seq, &tier));
+  CHECK_OK(memdecay_manager_select_global(mgr, 0, &plan));
+  CHECK_OK(memdecay_manager_commit(mgr, plan));
+  memdecay_global_plan_destroy(plan);
+  return mgr;
+}
+
+static int same_recall(const memdecay_recall_plan* a, const memdecay_recall_plan* b) {
+  const memdecay_recall_plan_view x = memdecay_recall_plan_get(a), y = memdecay_recall_plan_get(b);
+  return x.num_promote == y.num_promote && x.num_demote == y.num_demote && x.num_drop == y.num_drop &&
+         (x.num_promote == 0 || (memcmp(x.promote, y.promote, x.num_promote * sizeof(size_t)) == 0 &&
+                                 memcmp(x.promote_bounds, y.promote_bounds, x.num_promote * sizeof(float)) == 0)) &&
+         (x.num_demote == 0 || memcmp(x.demote, y.demote, x.num_demote * sizeof(size_t)) == 0) &&
+         (x.num_drop == 0 || memcmp(x.drop, y.drop, x.num_drop * sizeof(size_t)) == 0);
+}
+
+/* memdecay_sequence_set_threads / memdecay_manager_set_threads: the digest bounds (and the manager's step and
+ * global plan) on a pool give the same bounds bit for bit, the same recall plans and the same state as on the
+ * caller's thread; a count out of range is an invalid argument naming it and the count stays. */
+static void test_threads(void) {
+  memdecay_config* cfg = NULL;
+  memdecay_manager *serial = NULL, *pooled = NULL;
+  memdecay_sequence *one = NULL, *three = NULL;
+  memdecay_recall_plan *r1 = NULL, *r3 = NULL;
+  memdecay_global_plan *g1 = NULL, *g2 = NULL;
+  memdecay_global_plan_view v1, v2;
+  memdecay_manager_info i1, i3;
+  float query[long_query_heads * long_dim];
+  float* b1 = (float*)malloc(long_query_heads * long_pages * sizeof(float));
+  float* b3 = (float*)malloc(long_query_heads * long_pages * sizeof(float));
+  size_t i, threads = 0, refreshed1 = 0, refreshed3 = 0;
+  CHECK_OK(memdecay_config_create(&cfg));
+  CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, long_pages / 2, NAN));
+  serial = long_tiered_manager(cfg, &one);
+  pooled = long_tiered_manager(cfg, &three);
+  for (i = 0; i < long_query_heads * long_dim; ++i) query[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+
+  CHECK_OK(memdecay_sequence_get_threads(one, &threads));
+  CHECK(threads == 1);
+  CHECK_FAILS(memdecay_sequence_set_threads(three, 0), MEMDECAY_INVALID_ARGUMENT, "threads = 0");
+  CHECK_FAILS(memdecay_sequence_set_threads(three, 5000), MEMDECAY_INVALID_ARGUMENT, "threads = 5000");
+  CHECK_FAILS(memdecay_sequence_get_threads(three, NULL), MEMDECAY_INVALID_ARGUMENT, "threads");
+  CHECK_FAILS(memdecay_sequence_set_threads(NULL, 2), MEMDECAY_INVALID_ARGUMENT, "sequence");
+  CHECK_OK(memdecay_sequence_set_threads(three, 3));
+  CHECK_FAILS(memdecay_sequence_set_threads(three, 0), MEMDECAY_INVALID_ARGUMENT, "1 to 1024");
+  CHECK_OK(memdecay_sequence_get_threads(three, &threads));
+  CHECK(threads == 3);
+  CHECK_FAILS(memdecay_manager_set_threads(pooled, 0), MEMDECAY_INVALID_ARGUMENT, "threads = 0");
+  CHECK_OK(memdecay_manager_set_threads(pooled, 2));
+  CHECK_FAILS(memdecay_manager_set_threads(pooled, 1025), MEMDECAY_INVALID_ARGUMENT, "threads = 1025");
+  CHECK_OK(memdecay_manager_get_threads(pooled, &threads));
+  CHECK(threads == 2);
+  CHECK_OK(memdecay_manager_get_threads(serial, &threads));
+  CHECK(threads == 1);
+
+  CHECK_OK(memdecay_sequence_page_bounds(one, query, long_query_heads * long_dim, b1, long_query_heads * long_pages));
+  CHECK_OK(memdecay_sequence_page_bounds(three, query, long_query_heads * long_dim, b3, long_query_heads * long_pages));
+  CHECK(memcmp(b1, b3, long_query_heads * long_pages * sizeof(float)) == 0);
+
+  CHECK_OK(memdecay_sequence_select_recall(one, query, long_query_heads * long_dim, NULL, 0, &r1));
+  CHECK_OK(memdecay_sequence_select_recall(three, query, long_query_heads * long_dim, NULL, 0, &r3));
+  CHECK(r1 && r3 && memdecay_recall_plan_get(r1).num_promote > 0 && same_recall(r1, r3));
+  memdecay_recall_plan_destroy(r1);
+  memdecay_recall_plan_destroy(r3);
+  CHECK_OK(memdecay_manager_select_recall(serial, 7, query, long_query_heads * long_dim, &r1));
+  CHECK_OK(memdecay_manager_select_recall(pooled, 7, query, long_query_heads * long_dim, &r3));
+  CHECK(r1 && r3 && memdecay_recall_plan_get(r1).num_promote > 0 && same_recall(r1, r3));
+  CHECK_OK(memdecay_manager_commit_recall(serial, 7, r1));
+  CHECK_OK(memdecay_manager_commit_recall(pooled, 7, r3));
+  memdecay_recall_plan_destroy(r1);
+  memdecay_recall_plan_destroy(r3);
+
+  CHECK_OK(memdecay_manager_advance_to(serial, 12));
+  CHECK_OK(memdecay_manager_advance_to(pooled, 12));
+  CHECK_OK(memdecay_sequence_observe_query(one, query, long_query_heads * long_dim, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0,
+                                           &refreshed1));
+  CHECK_OK(memdecay_sequence_observe_query(three, query, long_query_heads * long_dim, MEMDECAY_SIGNAL_BOUND_SOFTMAX,
+                                           1.0, &refreshed3));
+  CHECK(refreshed1 == refreshed3 && digest_of(one) == digest_of(three));
+  CHECK_OK(memdecay_manager_advance_to(serial, 20));
+  CHECK_OK(memdecay_manager_advance_to(pooled, 20));
+  CHECK_OK(memdecay_manager_select_global(serial, 64, &g1));
+  CHECK_OK(memdecay_manager_select_global(pooled, 64, &g2));
+  v1 = memdecay_global_plan_get(g1);
+  v2 = memdecay_global_plan_get(g2);
+  CHECK(v1.num_victims >= 64 && v1.num_victims == v2.num_victims);
+  for (i = 0; i < v1.num_victims && i < v2.num_victims; ++i)
+    CHECK(v1.victims[i].page == v2.victims[i].page && memcmp(&v1.victims[i].score, &v2.victims[i].score, 4) == 0);
+  memdecay_global_plan_destroy(g1);
+  memdecay_global_plan_destroy(g2);
+  CHECK_OK(memdecay_manager_get_info(serial, &i1));
+  CHECK_OK(memdecay_manager_get_info(pooled, &i3));
+  CHECK(i1.digest == i3.digest && i1.now == 20 && i3.now == 20);
+
+  free(b1);
+  free(b3);
+  memdecay_sequence_destroy(one);
+  memdecay_sequence_destroy(three);
+  memdecay_manager_destroy(serial);
+  memdecay_manager_destroy(pooled);
+  memdecay_config_destroy(cfg);
+}
+
 int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
@@ -1080,6 +1209,7 @@ int main(int argc, char** argv) {
   test_manager_host_tier();
   test_manager_scorer_rule();
   test_manager_snapshots();
+  test_threads();
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);
     return 1;

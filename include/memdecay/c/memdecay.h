@@ -302,6 +302,13 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_page_bounds(const memdecay_sequ
  * low norm, a high share; summing to `total`), for engines that see neither attention nor keep digests. */
 MEMDECAY_C_API memdecay_status memdecay_sequence_observe_key_norms(memdecay_sequence* sequence, const float* norms,
                                                                    size_t count, double total, size_t* refreshed);
+/* The digest bounds of memdecay_sequence_page_bounds, _observe_query and _select_recall* split over `threads`
+ * threads (a pool the handle keeps, made again when the count changes; docs/tiers.md, "Split over cores"): the same
+ * bounds and decisions bit for bit for every count. 1, the default: the caller's thread. Not 1 to 1024:
+ * MEMDECAY_INVALID_ARGUMENT, and the count stays. A sequence handle's own count (each handle of a managed sequence
+ * has its own). */
+MEMDECAY_C_API memdecay_status memdecay_sequence_set_threads(memdecay_sequence* sequence, size_t threads);
+MEMDECAY_C_API memdecay_status memdecay_sequence_get_threads(const memdecay_sequence* sequence, size_t* threads);
 /* Observes the attention estimated from `query` and the digests (summing to `total`: 1 for a mean over heads). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query,
                                                                size_t query_count, memdecay_query_signal signal,
@@ -561,6 +568,12 @@ MEMDECAY_C_API memdecay_status memdecay_manager_fork(memdecay_manager* manager, 
                                                      memdecay_table* pool);
 MEMDECAY_C_API memdecay_status memdecay_manager_close(memdecay_manager* manager, uint64_t id);
 MEMDECAY_C_API memdecay_status memdecay_manager_advance_to(memdecay_manager* manager, uint32_t step);
+/* The batch step (memdecay_manager_advance_to), memdecay_manager_select_global and the digest bounds of
+ * memdecay_manager_select_recall* on `threads` threads (a pool the manager keeps; core/executor.hpp): the same clocks,
+ * scores, plans and recall plans for every count. 1, the default: the caller's thread. Not 1 to 1024:
+ * MEMDECAY_INVALID_ARGUMENT, and the count stays. */
+MEMDECAY_C_API memdecay_status memdecay_manager_set_threads(memdecay_manager* manager, size_t threads);
+MEMDECAY_C_API memdecay_status memdecay_manager_get_threads(const memdecay_manager* manager, size_t* threads);
 MEMDECAY_C_API memdecay_status memdecay_manager_protect_pages(memdecay_manager* manager, uint64_t id,
                                                               const size_t* pages, size_t count);
 MEMDECAY_C_API memdecay_status memdecay_manager_protect_tail_tokens(memdecay_manager* manager, uint64_t id,
