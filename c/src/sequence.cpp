@@ -46,6 +46,13 @@ md::host_tier_config host_tier_config_from(const memdecay_host_tier_config& c) {
   return t;
 }
 
+md::query_signal signal_of(memdecay_query_signal signal) {
+  if (signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX && signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS)
+    raise(MEMDECAY_INVALID_ARGUMENT, "signal = " + std::to_string(static_cast<int>(signal)) +
+                                         " (MEMDECAY_SIGNAL_BOUND_SOFTMAX or _BOUND_SOFTMAX_TOKENS)");
+  return static_cast<md::query_signal>(signal);
+}
+
 }  // namespace
 
 memdecay_sequence* wrap_sequence(std::shared_ptr<sequence_handle> handle) {
@@ -74,6 +81,7 @@ memdecay_status memdecay_sequence_copy(const memdecay_sequence* sequence, memdec
   return guarded(nullptr, [&] {
     require(out, "out");
     *out = wrap_sequence(handle_of(sequence).copy());
+    (*out)->threads = sequence->threads;
   });
 }
 
@@ -173,12 +181,20 @@ memdecay_status memdecay_sequence_get_threads(const memdecay_sequence* sequence,
 memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query, size_t query_count,
                                                 memdecay_query_signal signal, double total, size_t* refreshed) {
   return on_sequence(sequence, [&](sequence_handle& s) {
-    if (signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX && signal != MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS)
-      raise(MEMDECAY_INVALID_ARGUMENT, "signal = " + std::to_string(static_cast<int>(signal)) +
-                                           " (MEMDECAY_SIGNAL_BOUND_SOFTMAX or _BOUND_SOFTMAX_TOKENS)");
-    set_if(refreshed,
-           s.observe_query(array_of(query, query_count, "query"), static_cast<md::query_signal>(signal), total,
-                           sequence->threads));
+    const auto how = signal_of(signal);
+    set_if(refreshed, s.observe_query(array_of(query, query_count, "query"), how, total, sequence->threads));
+  });
+}
+
+memdecay_status memdecay_sequence_estimate_query_attention(const memdecay_sequence* sequence, const float* query,
+                                                           size_t query_count, memdecay_query_signal signal,
+                                                           double total, float* mass, size_t capacity,
+                                                           size_t* count) {
+  return on_sequence(sequence, [&](sequence_handle& s) {
+    const auto how = signal_of(signal);
+    require(count, "count");
+    copy_out(s.estimate_query_attention(array_of(query, query_count, "query"), how, total, sequence->threads), mass,
+             capacity, count, "mass");
   });
 }
 

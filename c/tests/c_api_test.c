@@ -303,9 +303,10 @@ static void test_mean_keys_and_key_norms(void) {
 static void test_digests(void) {
   memdecay_config* cfg = NULL;
   memdecay_sequence* seq;
-  float keys[16 * 2 * 4], lo[8], hi[8], query[16], bounds[4 * 16];
+  float keys[16 * 2 * 4], lo[8], hi[8], query[16], bounds[4 * 16], mass[16];
   uint64_t before;
-  size_t i, p, refreshed = 0;
+  double total;
+  size_t i, p, refreshed = 0, count = 0;
   CHECK_OK(memdecay_config_create(&cfg));
   seq = episode(cfg, "memdecay", NULL, 256); /* 16 pages of 16 */
   CHECK_FAILS(memdecay_sequence_observe_query(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0, NULL),
@@ -338,6 +339,31 @@ static void test_digests(void) {
   CHECK(digest_of(seq) == before);
   CHECK_OK(memdecay_sequence_page_bounds(seq, query, 16, bounds, 64));
   for (i = 0; i < 64; ++i) CHECK(isfinite(bounds[i]));
+  /* The estimate observe_query would observe: one entry per page summing to total, the state unchanged. */
+  CHECK_OK(memdecay_sequence_estimate_query_attention(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS, 4.0, NULL,
+                                                      0, &count));
+  CHECK(count == 16);
+  CHECK_FAILS(memdecay_sequence_estimate_query_attention(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 4.0, mass, 15,
+                                                         &count),
+              MEMDECAY_BUFFER_TOO_SMALL, "capacity 15");
+  CHECK_FAILS(memdecay_sequence_estimate_query_attention(seq, query, 16, (memdecay_query_signal)4, 4.0, mass, 16,
+                                                         &count),
+              MEMDECAY_INVALID_ARGUMENT, "signal");
+  CHECK_FAILS(memdecay_sequence_estimate_query_attention(seq, query, 15, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 4.0, mass, 16,
+                                                         &count),
+              MEMDECAY_INPUT_ERROR, "query has 15");
+  CHECK_FAILS(memdecay_sequence_estimate_query_attention(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX, 4.0, mass, 16,
+                                                         NULL),
+              MEMDECAY_INVALID_ARGUMENT, "count");
+  CHECK_OK(memdecay_sequence_estimate_query_attention(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS, 4.0, mass,
+                                                      16, &count));
+  total = 0.0;
+  for (i = 0; i < 16; ++i) {
+    CHECK(mass[i] >= 0.0f);
+    total += mass[i];
+  }
+  CHECK(count == 16 && fabs(total - 4.0) < 1e-4);
+  CHECK(digest_of(seq) == before);
   CHECK_OK(memdecay_sequence_advance_to(seq, 11));
   CHECK_OK(memdecay_sequence_observe_query(seq, query, 16, MEMDECAY_SIGNAL_BOUND_SOFTMAX_TOKENS, 4.0, &refreshed));
   CHECK(digest_of(seq) != before);
@@ -1112,10 +1138,11 @@ static void test_threads(void) {
   memdecay_global_plan *g1 = NULL, *g2 = NULL;
   memdecay_global_plan_view v1, v2;
   memdecay_manager_info i1, i3;
+  memdecay_tier_info tier_info;
   float query[long_query_heads * long_dim];
   float* b1 = (float*)malloc(long_query_heads * long_pages * sizeof(float));
   float* b3 = (float*)malloc(long_query_heads * long_pages * sizeof(float));
-  size_t i, threads = 0, refreshed1 = 0, refreshed3 = 0;
+  size_t i, threads = 0, refreshed1 = 0, refreshed3 = 0, count1 = 0, count3 = 0;
   CHECK_OK(memdecay_config_create(&cfg));
   CHECK_OK(memdecay_config_set_budget(cfg, MEMDECAY_BUDGET_PAGES, long_pages / 2, NAN));
   serial = long_tiered_manager(cfg, &one);
@@ -1143,6 +1170,21 @@ static void test_threads(void) {
   CHECK_OK(memdecay_sequence_page_bounds(one, query, long_query_heads * long_dim, b1, long_query_heads * long_pages));
   CHECK_OK(memdecay_sequence_page_bounds(three, query, long_query_heads * long_dim, b3, long_query_heads * long_pages));
   CHECK(memcmp(b1, b3, long_query_heads * long_pages * sizeof(float)) == 0);
+  CHECK_OK(memdecay_sequence_estimate_query_attention(one, query, long_query_heads * long_dim,
+                                                      MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0, b1, long_pages, &count1));
+  CHECK_OK(memdecay_sequence_estimate_query_attention(three, query, long_query_heads * long_dim,
+                                                      MEMDECAY_SIGNAL_BOUND_SOFTMAX, 1.0, b3, long_pages, &count3));
+  /* One entry per device page: the host pages have none. */
+  CHECK_OK(memdecay_sequence_get_tier_info(one, &tier_info));
+  CHECK(count1 == tier_info.device_pages && count1 < long_pages && count1 == count3 &&
+        memcmp(b1, b3, count1 * sizeof(float)) == 0);
+  {
+    memdecay_sequence* copy = NULL;
+    CHECK_OK(memdecay_sequence_copy(three, &copy));
+    CHECK_OK(memdecay_sequence_get_threads(copy, &threads));
+    CHECK(threads == 3);
+    memdecay_sequence_destroy(copy);
+  }
 
   CHECK_OK(memdecay_sequence_select_recall(one, query, long_query_heads * long_dim, NULL, 0, &r1));
   CHECK_OK(memdecay_sequence_select_recall(three, query, long_query_heads * long_dim, NULL, 0, &r3));

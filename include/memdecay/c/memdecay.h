@@ -220,7 +220,7 @@ typedef enum memdecay_head_reduction {
  */
 MEMDECAY_C_API memdecay_status memdecay_sequence_create(const memdecay_config* config, const char* policy,
                                                         const char* params, memdecay_sequence** out);
-/* An independent copy (its own layout and policy state; never managed). */
+/* An independent copy (its own layout and policy state, the same thread count; never managed). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_copy(const memdecay_sequence* sequence, memdecay_sequence** out);
 MEMDECAY_C_API void memdecay_sequence_destroy(memdecay_sequence* sequence);
 MEMDECAY_C_API const char* memdecay_sequence_last_error(const memdecay_sequence* sequence);
@@ -313,6 +313,13 @@ MEMDECAY_C_API memdecay_status memdecay_sequence_get_threads(const memdecay_sequ
 MEMDECAY_C_API memdecay_status memdecay_sequence_observe_query(memdecay_sequence* sequence, const float* query,
                                                                size_t query_count, memdecay_query_signal signal,
                                                                double total, size_t* refreshed);
+/* The per-page attention memdecay_sequence_observe_query would observe, without observing it: one entry per device
+ * page (host pages have none), in page order, summing to `total` (an array out: the two-call rule). The same errors as
+ * observe_query; nothing changes. */
+MEMDECAY_C_API memdecay_status memdecay_sequence_estimate_query_attention(const memdecay_sequence* sequence,
+                                                                         const float* query, size_t query_count,
+                                                                         memdecay_query_signal signal, double total,
+                                                                         float* mass, size_t capacity, size_t* count);
 
 /* Phase 1 (changes nothing): the k lowest-scoring evictable pages, never one of `protect` (logical pages). */
 MEMDECAY_C_API memdecay_status memdecay_sequence_select(const memdecay_sequence* sequence, size_t k,
