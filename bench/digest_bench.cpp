@@ -4,6 +4,8 @@
 // KV head: Llama 3 8B's layer geometry), with fp32, fp16 and bf16 digests.
 //
 //   digest/bounds/<storage>/<pages>    the native-isa kernel
+//   digest/bounds_page_major/<storage>/<pages>  the same kernel writing page-major bounds (simd::page_major: a
+//                                      page's 32 results together, one stream) instead of 32 head-major rows
 //   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
 //   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
 //                                      the memory roofline the kernel is measured against
@@ -88,19 +90,19 @@ workload& digests(md::digest_storage storage, std::size_t pages) {
 }
 
 template <md::simd::isa A>
-void run_bounds(workload& w) {
+void run_bounds(workload& w, md::simd::bounds_layout layout) {
   const md::simd::digest_shape shape{kv_heads, query_heads, head_dim, md::digest_kind::min_max};
   switch (w.storage) {
     case md::digest_storage::f32:
-      md::simd::digest_bounds<A>(shape, w.f32.data(), w.pages, w.prepared.data(), w.out.data(), w.pages);
+      md::simd::digest_bounds<A>(shape, w.f32.data(), w.pages, w.prepared.data(), w.out.data(), layout);
       break;
     case md::digest_storage::f16:
       md::simd::digest_bounds<A, std::uint16_t, md::half_format::f16>(shape, w.half.data(), w.pages, w.prepared.data(),
-                                                                      w.out.data(), w.pages);
+                                                                      w.out.data(), layout);
       break;
     case md::digest_storage::bf16:
       md::simd::digest_bounds<A, std::uint16_t, md::half_format::bf16>(shape, w.half.data(), w.pages, w.prepared.data(),
-                                                                       w.out.data(), w.pages);
+                                                                       w.out.data(), layout);
       break;
   }
   benchmark::DoNotOptimize(w.out.data());
@@ -153,7 +155,13 @@ void finish(benchmark::State& st, const workload& w) {
 template <md::simd::isa A>
 void bounds(benchmark::State& st, md::digest_storage storage) {
   auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
-  for (auto _ : st) run_bounds<A>(w);
+  for (auto _ : st) run_bounds<A>(w, md::simd::head_major(w.pages));
+  finish(st, w);
+}
+
+void bounds_page_major(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  for (auto _ : st) run_bounds<md::simd::native_isa>(w, md::simd::page_major(query_heads));
   finish(st, w);
 }
 
@@ -270,6 +278,8 @@ const int registered = [] {
     const std::string s = md::to_string(storage);
     sizes(benchmark::RegisterBenchmark(("digest/bounds/" + s).c_str(),
                                        [storage](benchmark::State& st) { bounds<md::simd::native_isa>(st, storage); }));
+    sizes(benchmark::RegisterBenchmark(("digest/bounds_page_major/" + s).c_str(),
+                                       [storage](benchmark::State& st) { bounds_page_major(st, storage); }));
     sizes(benchmark::RegisterBenchmark(("digest/scalar/" + s).c_str(), [storage](benchmark::State& st) {
       bounds<md::simd::isa::scalar>(st, storage);
     }));

@@ -91,6 +91,23 @@ void check_bounds(const digest_case& c, float magnitude, std::uint32_t seed) {
       ASSERT_NEAR(out[j * c.pages + p], want, tol)
           << simd::to_string(A) << " head " << j << " page " << p << " dim " << c.dim;
     }
+  // Page-major (one stream of results) and a padded head-major row: the same bounds, bit for bit, only placed
+  // elsewhere; nothing written outside the places the layout names.
+  std::vector<float> by_page(c.query_heads * c.pages + 1, -1.0f);
+  simd::digest_bounds<A, Elem, F>(shape, digests.data(), c.pages, prepared.data(), by_page.data(),
+                                  simd::page_major(c.query_heads));
+  const std::size_t padded = c.pages + 3;
+  std::vector<float> rows(c.query_heads * padded, -1.0f);
+  simd::digest_bounds<A, Elem, F>(shape, digests.data(), c.pages, prepared.data(), rows.data(),
+                                  simd::bounds_layout{padded, 1});
+  for (std::size_t j = 0; j < c.query_heads; ++j)
+    for (std::size_t p = 0; p < c.pages; ++p) {
+      const auto want = std::bit_cast<std::uint32_t>(out[j * c.pages + p]);
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(by_page[p * c.query_heads + j]), want) << simd::to_string(A);
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(rows[j * padded + p]), want) << simd::to_string(A);
+      for (std::size_t pad = c.pages; pad < padded; ++pad) ASSERT_EQ(rows[j * padded + pad], -1.0f);
+    }
+  ASSERT_EQ(by_page.back(), -1.0f);
 }
 
 template <isa A>

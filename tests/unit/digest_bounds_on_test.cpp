@@ -108,6 +108,13 @@ TEST(DigestBoundsOn, TheKernelOnTasksIsTheKernelOnAllPages) {
   thread_pool pool(2);
   digest_bounds_on(pool, shape, digests.data(), pages, prepared.data(), split.data(), pages);
   EXPECT_TRUE(same_bits(split, one));
+  // Page-major on the pool: each task's results start at its first page's place in the stream.
+  std::vector<float> by_page(16 * pages, -1.0f);
+  digest_bounds_on(pool, shape, digests.data(), pages, prepared.data(), by_page.data(), simd::page_major(16));
+  std::vector<float> transposed(16 * pages);
+  for (std::size_t j = 0; j < 16; ++j)
+    for (std::size_t p = 0; p < pages; ++p) transposed[j * pages + p] = by_page[p * 16 + j];
+  EXPECT_TRUE(same_bits(transposed, one));
 }
 
 TEST(DigestBoundsOn, ABadQueryOnAPoolIsTheSameErrorAndWritesNothing) {

@@ -29,16 +29,23 @@ namespace memdecay {
 /// when they fit one or the executor is inline_executor): the same arguments and the same bounds bit for bit.
 template <simd::isa A = simd::native_isa, class Elem, half_format F = half_format::f16, executor Exec>
 void digest_bounds_on(Exec& exec, const simd::digest_shape& s, const Elem* digests, std::size_t pages,
-                      const float* prepared, float* out, std::size_t out_stride) {
+                      const float* prepared, float* out, simd::bounds_layout layout) {
   constexpr std::size_t chunk = simd::digest_task_pages;
   if (pages <= chunk || std::is_same_v<std::remove_cvref_t<Exec>, inline_executor>)
-    return simd::digest_bounds<A, Elem, F>(s, digests, pages, prepared, out, out_stride);
+    return simd::digest_bounds<A, Elem, F>(s, digests, pages, prepared, out, layout);
   const std::size_t page_elems = s.kv_heads * simd::vectors_per_head(s.kind) * s.dim;
   detail::run_all(exec, (pages + chunk - 1) / chunk, [&](std::size_t task) {
     const std::size_t first = task * chunk;
     simd::digest_bounds<A, Elem, F>(s, digests + first * page_elems, std::min(chunk, pages - first), prepared,
-                                    out + first, out_stride);
+                                    out + first * layout.page_stride, layout);
   });
+}
+
+/// The same in head-major rows: out[j * out_stride + p].
+template <simd::isa A = simd::native_isa, class Elem, half_format F = half_format::f16, executor Exec>
+void digest_bounds_on(Exec& exec, const simd::digest_shape& s, const Elem* digests, std::size_t pages,
+                      const float* prepared, float* out, std::size_t out_stride) {
+  digest_bounds_on<A, Elem, F>(exec, s, digests, pages, prepared, out, simd::head_major(out_stride));
 }
 
 }  // namespace memdecay

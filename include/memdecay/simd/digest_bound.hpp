@@ -94,6 +94,18 @@ struct digest_shape {
   digest_kind kind = digest_kind::min_max;
 };
 
+/// Where query head j's bound of page p goes: out[j * head_stride + p * page_stride]. Head-major rows
+/// ({pages, 1}: what page_digests::bounds returns, one row per query head for the per-head softmax) put a page's
+/// results in as many places a sequence apart; page-major ({1, query_heads}) writes them as one stream, which from
+/// DRAM measured 1.00-1.15x the head-major rows (digest/bounds_page_major, docs/tiers.md). The bounds are the same
+/// bit for bit whatever the layout.
+struct bounds_layout {
+  std::size_t head_stride = 0;
+  std::size_t page_stride = 1;
+};
+[[nodiscard]] constexpr bounds_layout head_major(std::size_t row_stride) noexcept { return {row_stride, 1}; }
+[[nodiscard]] constexpr bounds_layout page_major(std::size_t query_heads) noexcept { return {1, query_heads}; }
+
 MEMDECAY_SIMD_BEGIN
 
 // Full unrolling of the register-block loops (constant trip counts), so that the accumulators live in registers.
@@ -182,7 +194,7 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 // through one transpose_sum where the isa has it. Needs dim % lanes == 0.
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB>
 MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t dim,
-                                     float* out, std::size_t out_stride, const char* later = nullptr,
+                                     float* out, bounds_layout layout, const char* later = nullptr,
                                      std::size_t later_bytes = 0) noexcept {
   using P = packet<float, A>;
   constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
@@ -238,13 +250,13 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
     for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
   }
   for (std::size_t b = 0; b < PB; ++b)
-    for (std::size_t g = 0; g < G; ++g) out[g * out_stride + b] = sums[b * G + g];
+    for (std::size_t g = 0; g < G; ++g) out[g * layout.head_stride + b * layout.page_stride] = sums[b * G + g];
 }
 
 // Every page and KV head one at a time (any group, any dim: the tails).
 template <isa A, class Elem, half_format F, digest_kind Kind>
 void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t first, std::size_t last,
-                      const float* prepared, float* out, std::size_t out_stride) noexcept {
+                      const float* prepared, float* out, bounds_layout layout) noexcept {
   constexpr std::size_t V = vectors_per_head(Kind);
   const std::size_t group = s.query_heads / s.kv_heads;
   const std::size_t page_elems = s.kv_heads * V * s.dim;
@@ -253,14 +265,14 @@ void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t fi
       const Elem* d = digests + p * page_elems + h * V * s.dim;
       for (std::size_t g = 0; g < group; ++g) {
         const std::size_t j = h * group + g;
-        out[j * out_stride + p] = head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
+        out[j * layout.head_stride + p * layout.page_stride] = head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
       }
     }
 }
 
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G>
 void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
-                     std::size_t out_stride) noexcept {
+                     bounds_layout layout) noexcept {
   constexpr std::size_t V = vectors_per_head(Kind);
   constexpr std::size_t PB = digest_block_accumulators<A> / G;
   static_assert(digest_task_pages % PB == 0, "a task's pages must fall in whole blocks");
@@ -279,38 +291,47 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
                               ? reinterpret_cast<const char*>(digests + (p + ahead * PB) * page_elems) + h * slice
                               : nullptr;
       head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * V * s.dim, digests + p * page_elems + h * V * s.dim,
-                                          page_elems, s.dim, out + h * G * out_stride + p, out_stride, later, slice);
+                                          page_elems, s.dim, out + h * G * layout.head_stride + p * layout.page_stride,
+                                          layout, later, slice);
     }
-  pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, out_stride);
+  pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, layout);
 }
 
 template <isa A, class Elem, half_format F, digest_kind Kind>
 void digest_bounds_kind(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared,
-                        float* out, std::size_t out_stride) noexcept {
+                        float* out, bounds_layout layout) noexcept {
   using P = packet<float, A>;
   const std::size_t group = s.query_heads / s.kv_heads;
   if (P::lanes > 1 && s.dim % P::lanes == 0) {
     // The common groups (MHA, and GQA's 2, 4 and 8 query heads per KV head) in register blocks.
-    if (group == 1) return pages_in_blocks<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, out_stride);
-    if (group == 2) return pages_in_blocks<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, out_stride);
-    if (group == 4) return pages_in_blocks<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, out_stride);
+    if (group == 1) return pages_in_blocks<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, layout);
+    if (group == 2) return pages_in_blocks<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, layout);
+    if (group == 4) return pages_in_blocks<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, layout);
     if constexpr (digest_block_accumulators<A> >= 8)
-      if (group == 8) return pages_in_blocks<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, out_stride);
+      if (group == 8) return pages_in_blocks<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, layout);
   }
-  pages_one_by_one<A, Elem, F, Kind>(s, digests, 0, pages, prepared, out, out_stride);
+  pages_one_by_one<A, Elem, F, Kind>(s, digests, 0, pages, prepared, out, layout);
 }
 }  // namespace detail
 
 /// Bounds of `pages` pages of `digests` (pages x kv_heads x vectors x dim elements of Elem: float, or uint16_t in
-/// format F) for a prepared query (prepare_digest_query); out[j * out_stride + p] is query head j's bound of page p.
+/// format F) for a prepared query (prepare_digest_query); query head j's bound of page p goes to
+/// out[j * layout.head_stride + p * layout.page_stride].
+template <isa A = native_isa, class Elem, half_format F = half_format::f16>
+void digest_bounds(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
+                   bounds_layout layout) noexcept {
+  static_assert(std::is_same_v<Elem, float> || std::is_same_v<Elem, std::uint16_t>, "fp32 or 16-bit digests");
+  if (s.kind == digest_kind::min_max)
+    detail::digest_bounds_kind<A, Elem, F, digest_kind::min_max>(s, digests, pages, prepared, out, layout);
+  else
+    detail::digest_bounds_kind<A, Elem, F, digest_kind::mean_key>(s, digests, pages, prepared, out, layout);
+}
+
+/// The same in head-major rows: out[j * out_stride + p] is query head j's bound of page p.
 template <isa A = native_isa, class Elem, half_format F = half_format::f16>
 void digest_bounds(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
                    std::size_t out_stride) noexcept {
-  static_assert(std::is_same_v<Elem, float> || std::is_same_v<Elem, std::uint16_t>, "fp32 or 16-bit digests");
-  if (s.kind == digest_kind::min_max)
-    detail::digest_bounds_kind<A, Elem, F, digest_kind::min_max>(s, digests, pages, prepared, out, out_stride);
-  else
-    detail::digest_bounds_kind<A, Elem, F, digest_kind::mean_key>(s, digests, pages, prepared, out, out_stride);
+  digest_bounds<A, Elem, F>(s, digests, pages, prepared, out, head_major(out_stride));
 }
 
 MEMDECAY_SIMD_END
