@@ -265,7 +265,8 @@ void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t fi
       const Elem* d = digests + p * page_elems + h * V * s.dim;
       for (std::size_t g = 0; g < group; ++g) {
         const std::size_t j = h * group + g;
-        out[j * layout.head_stride + p * layout.page_stride] = head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
+        out[j * layout.head_stride + p * layout.page_stride] =
+            head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
       }
     }
 }
