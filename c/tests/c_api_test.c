@@ -1214,7 +1214,8 @@ static void test_threads(void) {
   v2 = memdecay_global_plan_get(g2);
   CHECK(v1.num_victims >= 64 && v1.num_victims == v2.num_victims);
   for (i = 0; i < v1.num_victims && i < v2.num_victims; ++i)
-    CHECK(v1.victims[i].page == v2.victims[i].page && memcmp(&v1.victims[i].score, &v2.victims[i].score, sizeof(float)) == 0);
+    CHECK(v1.victims[i].page == v2.victims[i].page &&
+          memcmp(&v1.victims[i].score, &v2.victims[i].score, sizeof(float)) == 0);
   memdecay_global_plan_destroy(g1);
   memdecay_global_plan_destroy(g2);
   CHECK_OK(memdecay_manager_get_info(serial, &i1));

@@ -316,7 +316,8 @@ void bind_sequence(py::module_& m) {
             return to_numpy(s.estimate_query_attention(values_of(q), signal_of(signal), total, threads));
           },
           py::arg("query"), py::arg("signal") = "bound_softmax", py::arg("total") = 1.0, py::arg("threads") = 1,
-          "The per-page attention observe_query would observe (one entry per device page, in page order, summing to total).")
+          "The per-page attention observe_query would observe (one entry per device page, in page order, summing "
+          "to total).")
       .def(
           "enable_host_tier",
           [](H& s, const py::object& host_budget, double min_host_priority, double hysteresis,
