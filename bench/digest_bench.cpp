@@ -82,9 +82,8 @@ workload& digests(md::digest_storage storage, std::size_t pages) {
   }
   std::vector<float> query(query_heads * head_dim);
   for (auto& q : query) q = normal(rng);
-  w.prepared.resize(query.size() * 2);
-  md::simd::prepare_digest_query(query.data(), query_heads, head_dim, md::digest_kind::min_max, 0.088f,
-                                 w.prepared.data());
+  w.prepared.resize(query.size());
+  md::simd::prepare_digest_query(query.data(), query_heads, head_dim, 0.088f, w.prepared.data());
   w.out.resize(query_heads * pages);
   return w;
 }

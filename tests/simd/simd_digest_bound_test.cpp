@@ -76,8 +76,8 @@ void check_bounds(const digest_case& c, float magnitude, std::uint32_t seed) {
   std::vector<float> query(c.query_heads * c.dim);
   for (auto& q : query) q = normal(rng);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dim));
-  std::vector<float> prepared(query.size() * V);
-  simd::prepare_digest_query(query.data(), c.query_heads, c.dim, c.kind, static_cast<float>(scale), prepared.data());
+  std::vector<float> prepared(query.size());
+  simd::prepare_digest_query(query.data(), c.query_heads, c.dim, static_cast<float>(scale), prepared.data());
   std::vector<float> out(c.query_heads * c.pages, -1.0f);
   const simd::digest_shape shape{c.kv_heads, c.query_heads, c.dim, c.kind};
   simd::digest_bounds<A, Elem, F>(shape, digests.data(), c.pages, prepared.data(), out.data(), c.pages);
@@ -175,8 +175,8 @@ TEST(DigestBoundKernels, TheMinMaxBoundIsAnUpperBoundOfEveryKeysLogit) {
       digests[p * 2 * D + c] = simd::float_to_half(lo, half_format::f16, half_rounding::toward_minus);
       digests[p * 2 * D + D + c] = simd::float_to_half(hi, half_format::f16, half_rounding::toward_plus);
     }
-  std::vector<float> prepared(2 * D), out(pages);
-  simd::prepare_digest_query(query.data(), 1, D, simd::digest_kind::min_max, 1.0f, prepared.data());
+  std::vector<float> prepared(D), out(pages);
+  simd::prepare_digest_query(query.data(), 1, D, 1.0f, prepared.data());
   simd::digest_bounds<simd::native_isa, std::uint16_t, half_format::f16>(
       {1, 1, D, simd::digest_kind::min_max}, digests.data(), pages, prepared.data(), out.data(), pages);
   for (std::size_t p = 0; p < pages; ++p)

@@ -97,12 +97,12 @@ TEST(DigestBoundsOn, TheKernelOnTasksIsTheKernelOnAllPages) {
   // Below page_digests: the raw kernel over an array whose page count leaves a partial block in the last task.
   const simd::digest_shape shape{4, 16, 32, digest_kind::min_max};
   const std::size_t pages = 2 * simd::digest_task_pages + 9, page_elems = 4 * 2 * 32;
-  std::vector<float> digests(pages * page_elems), query(16 * 32), prepared(2 * query.size());
+  std::vector<float> digests(pages * page_elems), query(16 * 32), prepared(query.size());
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   for (auto& v : digests) v = normal(rng);
   for (auto& q : query) q = normal(rng);
-  simd::prepare_digest_query(query.data(), 16, 32, digest_kind::min_max, 0.25f, prepared.data());
+  simd::prepare_digest_query(query.data(), 16, 32, 0.25f, prepared.data());
   std::vector<float> one(16 * pages), split(16 * pages);
   simd::digest_bounds(shape, digests.data(), pages, prepared.data(), one.data(), pages);
   thread_pool pool(2);

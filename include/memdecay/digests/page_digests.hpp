@@ -230,8 +230,8 @@ class page_digests {
       detail::raise_input(
           "bounds output has " + detail::to_text(out.size()) +
           " entries, expected query_heads x pages = " + detail::to_text(layout_.effective_query_heads() * num_pages()));
-    std::vector<float> prepared(layout_.query_size() * simd::vectors_per_head(layout_.kind));
-    simd::prepare_digest_query(query.data(), layout_.effective_query_heads(), layout_.head_dim, layout_.kind,
+    std::vector<float> prepared(layout_.query_size());
+    simd::prepare_digest_query(query.data(), layout_.effective_query_heads(), layout_.head_dim,
                                static_cast<float>(layout_.effective_scale()), prepared.data());
     const simd::digest_shape shape{layout_.kv_heads, layout_.effective_query_heads(), layout_.head_dim, layout_.kind};
     const std::size_t n = num_pages();

@@ -11,9 +11,10 @@
 // estimate, not a bound. With grouped-query attention query head j reads KV head j / (query_heads / kv_heads)
 // (the grouping of Hugging Face, vLLM, SGLang and FlashInfer).
 //
-// digest_bound_reference is the specification: the max form, in double. The kernels split q once into q^+ and
-// q^- (scaled) and run two fused multiply-adds per channel, as wide as the isa allows, over fp32, fp16 or bf16
-// digests (widened in registers: simd/half.hpp). Error contract, checked by tests/simd/simd_digest_bound_test.cpp
+// digest_bound_reference is the specification: the max form, in double. The kernels read the scaled query once
+// per channel vector, split it into q^+ and q^- in registers (a max and a min, no second load: the kernel is
+// bound by its loads, docs/tiers.md) and run two fused multiply-adds per channel, as wide as the isa allows, over
+// fp32, fp16 or bf16 digests (widened in registers: simd/half.hpp). Error contract, checked by tests/simd/simd_digest_bound_test.cpp
 // for every isa the build can emit: |kernel - reference| <= digest_bound_tolerance(...) = (head_dim + 2) x
 // FLT_EPSILON x scale x sum_c |q_c| max(|lo_c|, |hi_c|), the standard bound of a float dot product of that length.
 #ifndef MEMDECAY_SIMD_DIGEST_BOUND_HPP
@@ -66,25 +67,17 @@ enum class digest_kind : std::uint8_t {
   return static_cast<double>(dim + 2) * std::numeric_limits<float>::epsilon() * scale * magnitude;
 }
 
-/// The query in the form the kernels read: per query head, scale x q^+ then scale x q^- (min_max), or scale x q
-/// (mean_key); `out` has query_heads x vectors_per_head(kind) x dim floats.
-inline void prepare_digest_query(const float* query, std::size_t query_heads, std::size_t dim, digest_kind kind,
-                                 float scale, float* out) noexcept {
-  for (std::size_t j = 0; j < query_heads; ++j) {
-    const float* q = query + j * dim;
-    if (kind == digest_kind::min_max) {
-      float* pos = out + j * 2 * dim;
-      float* neg = pos + dim;
-      for (std::size_t c = 0; c < dim; ++c) {
-        const float s = scale * q[c];
-        pos[c] = s > 0.0f ? s : 0.0f;
-        neg[c] = s < 0.0f ? s : 0.0f;
-      }
-    } else {
-      for (std::size_t c = 0; c < dim; ++c) out[j * dim + c] = scale * q[c];
-    }
-  }
+/// The query in the form the kernels read, for either digest kind: scale x q, query head after query head;
+/// `out` has query_heads x dim floats.
+inline void prepare_digest_query(const float* query, std::size_t query_heads, std::size_t dim, float scale,
+                                 float* out) noexcept {
+  for (std::size_t i = 0; i < query_heads * dim; ++i) out[i] = scale * query[i];
 }
+
+/// The two halves of a scaled query value: q^+ = max(q, 0) and q^- = min(q, 0), both +0 at q = +-0, as the kernels
+/// form them in registers.
+[[nodiscard]] inline float positive_part(float q) noexcept { return q > 0.0f ? q : 0.0f; }
+[[nodiscard]] inline float negative_part(float q) noexcept { return q < 0.0f ? q : 0.0f; }
 
 /// The shape of a digest array: pages x kv_heads x vectors_per_head(kind) x dim elements, page after page.
 struct digest_shape {
@@ -143,6 +136,16 @@ MEMDECAY_SIMD_INLINE typename packet<float, A>::reg load_digest(const Elem* p) n
   else
     return load_widened<A, F>(p);
 }
+// q^+ and q^- of a vector of the scaled query. max/min return their second operand (+0) when q is +-0 (x86) or
+// compare equal (the scalar packet: b < a false), matching positive_part/negative_part.
+template <isa A>
+MEMDECAY_SIMD_INLINE typename packet<float, A>::reg positive_part(typename packet<float, A>::reg q) noexcept {
+  return packet<float, A>::max(q, packet<float, A>::zero());
+}
+template <isa A>
+MEMDECAY_SIMD_INLINE typename packet<float, A>::reg negative_part(typename packet<float, A>::reg q) noexcept {
+  return packet<float, A>::min(q, packet<float, A>::zero());
+}
 template <class Elem, half_format F>
 MEMDECAY_SIMD_INLINE float digest_value(const Elem* p) noexcept {
   if constexpr (std::is_same_v<Elem, float>)
@@ -159,23 +162,24 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
   auto a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
   std::size_t c = 0;
   if constexpr (Kind == digest_kind::min_max) {
-    const float* pos = q;
-    const float* neg = q + dim;
     const Elem* lo = digest;
     const Elem* hi = digest + dim;
     for (; c + 2 * L <= dim; c += 2 * L) {  // two independent chains per term hide the fma latency
-      a0 = P::fma(P::load(pos + c), load_digest<A, Elem, F>(hi + c), a0);
-      a1 = P::fma(P::load(neg + c), load_digest<A, Elem, F>(lo + c), a1);
-      a2 = P::fma(P::load(pos + c + L), load_digest<A, Elem, F>(hi + c + L), a2);
-      a3 = P::fma(P::load(neg + c + L), load_digest<A, Elem, F>(lo + c + L), a3);
+      const auto q0 = P::load(q + c), q1 = P::load(q + c + L);
+      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi + c), a0);
+      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo + c), a1);
+      a2 = P::fma(positive_part<A>(q1), load_digest<A, Elem, F>(hi + c + L), a2);
+      a3 = P::fma(negative_part<A>(q1), load_digest<A, Elem, F>(lo + c + L), a3);
     }
     for (; c + L <= dim; c += L) {
-      a0 = P::fma(P::load(pos + c), load_digest<A, Elem, F>(hi + c), a0);
-      a1 = P::fma(P::load(neg + c), load_digest<A, Elem, F>(lo + c), a1);
+      const auto q0 = P::load(q + c);
+      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi + c), a0);
+      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo + c), a1);
     }
     float sum = P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
     for (; c < dim; ++c)
-      sum = std::fma(pos[c], digest_value<Elem, F>(hi + c), std::fma(neg[c], digest_value<Elem, F>(lo + c), sum));
+      sum = std::fma(simd::positive_part(q[c]), digest_value<Elem, F>(hi + c),
+                     std::fma(simd::negative_part(q[c]), digest_value<Elem, F>(lo + c), sum));
     return sum;
   } else {
     for (; c + 2 * L <= dim; c += 2 * L) {
@@ -190,8 +194,10 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 }
 
 // One KV head of pages [first, first + PB) against its G query heads: G x PB accumulators, one register each, so
-// every digest value is loaded once and used G times, every query value once per PB pages, and the sums leave
-// through one transpose_sum where the isa has it. Needs dim % lanes == 0.
+// every digest value is loaded once and used G times, every query value once per PB pages (and split into q^+ and
+// q^- in registers: 1/G + 1/(2 PB) loads per FMA instead of 1/G + 1/PB, 1.1-1.5x in one A/B run on AVX-512 and
+// 1.15-1.4x on AVX2 code, docs/tiers.md), and the sums leave through one transpose_sum where the isa has it.
+// Needs dim % lanes == 0.
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB>
 MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t dim,
                                      float* out, bounds_layout layout, const char* later = nullptr,
@@ -216,12 +222,13 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
     typename P::reg qa[G], qb[G];
     MEMDECAY_SIMD_UNROLL
     for (std::size_t g = 0; g < G; ++g) {
-      qa[g] = P::load(q + g * V * dim + c);
-      if constexpr (pin) in_register(qa[g]);
+      qa[g] = P::load(q + g * dim + c);
       if constexpr (Kind == digest_kind::min_max) {
-        qb[g] = P::load(q + g * V * dim + dim + c);
+        qb[g] = negative_part<A>(qa[g]);
+        qa[g] = positive_part<A>(qa[g]);
         if constexpr (pin) in_register(qb[g]);
       }
+      if constexpr (pin) in_register(qa[g]);
     }
     MEMDECAY_SIMD_UNROLL
     for (std::size_t b = 0; b < PB; ++b) {
@@ -266,7 +273,7 @@ void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t fi
       for (std::size_t g = 0; g < group; ++g) {
         const std::size_t j = h * group + g;
         out[j * layout.head_stride + p * layout.page_stride] =
-            head_bound<A, Elem, F, Kind>(prepared + j * V * s.dim, d, s.dim);
+            head_bound<A, Elem, F, Kind>(prepared + j * s.dim, d, s.dim);
       }
     }
 }
@@ -291,7 +298,7 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
       const char* later = p + (ahead + 1) * PB <= pages
                               ? reinterpret_cast<const char*>(digests + (p + ahead * PB) * page_elems) + h * slice
                               : nullptr;
-      head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * V * s.dim, digests + p * page_elems + h * V * s.dim,
+      head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * s.dim, digests + p * page_elems + h * V * s.dim,
                                           page_elems, s.dim, out + h * G * layout.head_stride + p * layout.page_stride,
                                           layout, later, slice);
     }
