@@ -15,6 +15,8 @@
 //                                      FMAs consume here (each digest value feeds one FMA lane per query head of
 //                                      its group): the compute roofline, the most the kernel can reach in any cache
 //   digest/observe_query/f16/<pages>   seq.observe_query: bounds, the softmax estimate and the observation
+//   digest/select_recall/f16/<pages>   seq.select_recall(query) (head_bounds::max): bounds, each page's best head
+//                                      and the recall plan, half the pages on the host, at most 8 promotions
 //   digest/bounds_pool/<storage>/<pages>/<threads>    the kernel in tasks of simd::digest_task_pages pages on a
 //                                      thread_pool (digests/digest_bounds_on.hpp, what page_digests::bounds runs
 //                                      with an executor)
@@ -244,9 +246,8 @@ void roofline_pool(benchmark::State& st, md::digest_storage storage) {
   finish(st, w);
 }
 
-void observe_query(benchmark::State& st) {
-  const auto pages = static_cast<std::size_t>(st.range(0));
-  md::sequence seq(md::config{.page_size = 16});
+// A sequence of `pages` full pages of 16 tokens with f16 min/max digests of random keys, and a random query.
+std::vector<float> digested(md::sequence& seq, std::size_t pages) {
   seq.enable_digests(
       {.kv_heads = kv_heads, .head_dim = head_dim, .query_heads = query_heads, .storage = md::digest_storage::f16});
   seq.append(md::regions::tool_out, pages * 16);
@@ -262,11 +263,35 @@ void observe_query(benchmark::State& st) {
     seq.set_page_digest(p, lo, hi);
   }
   for (auto& q : query) q = normal(rng);
+  return query;
+}
+
+void observe_query(benchmark::State& st) {
+  const auto pages = static_cast<std::size_t>(st.range(0));
+  md::sequence seq(md::config{.page_size = 16});
+  const std::vector<float> query = digested(seq, pages);
   md::step_t step = 0;
   for (auto _ : st) {
     seq.advance_to(++step);
     benchmark::DoNotOptimize(seq.observe_query(query));
   }
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
+}
+
+void select_recall(benchmark::State& st) {
+  const auto pages = static_cast<std::size_t>(st.range(0));
+  md::sequence seq(md::config{.page_size = 16, .budget = md::budget_config::pages(static_cast<double>(pages / 2))});
+  const std::vector<float> query = digested(seq, pages);
+  seq.enable_host_tier({.max_recall_pages = 8});
+  seq.commit(seq.select_for_budget());
+  std::size_t promoted = 0;
+  for (auto _ : st) {
+    const auto plan = seq.select_recall(query);
+    promoted += plan.promote.size();
+    benchmark::DoNotOptimize(plan.promote.data());
+  }
+  st.counters["host_pages"] = static_cast<double>(seq.host_pages());
+  st.counters["promoted"] = static_cast<double>(promoted) / static_cast<double>(st.iterations());
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
 }
 
@@ -297,6 +322,10 @@ const int registered = [] {
                                                    [storage](benchmark::State& st) { roofline_pool(st, storage); }));
   }
   benchmark::RegisterBenchmark("digest/observe_query/f16", observe_query)
+      ->Arg(1024)
+      ->Arg(16384)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("digest/select_recall/f16", select_recall)
       ->Arg(1024)
       ->Arg(16384)
       ->Unit(benchmark::kMicrosecond);
