@@ -2,6 +2,7 @@
 // rounding, errors that change nothing, digests leaving with their pages, the attention-free observation.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -93,6 +94,8 @@ TEST(PageDigests, BadDigestsAreRejectedByNameAndChangeNothing) {
   expect_input([&] { d.bounds(bad_query, out); }, "query[4]");
   std::vector<float> short_out(11);
   expect_input([&] { d.bounds(iota_values(16, 0), short_out); }, "bounds output has 11");
+  expect_input([&] { d.bounds_by_page(iota_values(16, 0), short_out); }, "bounds output has 11");
+  expect_input([&] { d.bounds_by_page(bad_query, out); }, "query[4]");
   const std::size_t unsorted[] = {2, 1};
   expect_input([&] { d.remove_pages(unsorted); }, "pages[1] = 1");
   EXPECT_THROW(d.set_mean_key(0, iota_values(8, 0)), usage_error);
@@ -159,6 +162,13 @@ TEST(PageDigests, BoundsFollowGroupedQueryHeadsAndMarkPagesWithoutDigests) {
       EXPECT_NEAR(out[j * 3 + p], want, 1e-5) << j << " " << p;
     }
   }
+  // Page after page: the same bits, a page's four bounds together, +inf for the page without a digest.
+  std::vector<float> by_page(12, -1.0f);
+  d.bounds_by_page(query, by_page);
+  for (std::size_t j = 0; j < 4; ++j)
+    for (std::size_t p = 0; p < 3; ++p)
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(by_page[p * 4 + j]), std::bit_cast<std::uint32_t>(out[j * 3 + p]))
+          << j << " " << p;
 }
 
 TEST(PageDigests, RemovedPagesTakeTheirDigestsWithThem) {

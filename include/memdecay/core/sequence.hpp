@@ -612,11 +612,11 @@ class basic_sequence {
     check_digests("select_recall");
     const std::size_t heads = digests_->layout().effective_query_heads(), n = num_pages();
     std::vector<float> bounds(heads * n);
-    digests_->bounds(query, std::span<float>(bounds), exec);
     std::vector<float> page_bound(n);
     if (over_heads == head_bounds::attention) {
       // The log of the page's estimated attention mass (query_signal.hpp's bound_softmax: each head's softmax over
       // the held pages' bounds, averaged over the heads); a NaN head bound leaves the page unjudged.
+      digests_->bounds(query, std::span<float>(bounds), exec);
       std::vector<double> mass(n);
       const std::vector<std::uint32_t> one_per_page(n, 1);
       estimate_page_attention<double>(bounds, heads, one_per_page, query_signal::bound_softmax, 1.0, mass);
@@ -624,15 +624,21 @@ class basic_sequence {
       for (std::size_t j = 0; j < heads; ++j)
         for (std::size_t p = 0; p < n; ++p)
           if (std::isnan(bounds[j * n + p])) page_bound[p] = std::numeric_limits<float>::quiet_NaN();
-    } else if (over_heads == head_bounds::mean) {
-      std::vector<double> sum(n, 0.0);  // double: the mean of many heads' bounds keeps the float ones' ordering
-      for (std::size_t j = 0; j < heads; ++j)
-        for (std::size_t p = 0; p < n; ++p) sum[p] += bounds[j * n + p];
-      for (std::size_t p = 0; p < n; ++p) page_bound[p] = static_cast<float>(sum[p] / static_cast<double>(heads));
-    } else {
-      std::fill(page_bound.begin(), page_bound.end(), -std::numeric_limits<float>::infinity());
-      for (std::size_t j = 0; j < heads; ++j)
-        for (std::size_t p = 0; p < n; ++p) page_bound[p] = std::max(page_bound[p], bounds[j * n + p]);
+      return recall_for_bounds(page_bound, caller_protected);
+    }
+    // The reductions over the heads read each page's bounds together (page-major), in head order as before.
+    digests_->bounds_by_page(query, std::span<float>(bounds), exec);
+    for (std::size_t p = 0; p < n; ++p) {
+      const float* b = bounds.data() + p * heads;
+      if (over_heads == head_bounds::mean) {
+        double sum = 0.0;  // double: the mean of many heads' bounds keeps the float ones' ordering
+        for (std::size_t j = 0; j < heads; ++j) sum += b[j];
+        page_bound[p] = static_cast<float>(sum / static_cast<double>(heads));
+      } else {
+        float best = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < heads; ++j) best = std::max(best, b[j]);
+        page_bound[p] = best;
+      }
     }
     return recall_for_bounds(page_bound, caller_protected);
   }

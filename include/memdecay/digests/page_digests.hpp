@@ -6,6 +6,7 @@
 //   d.set_from_keys(page, keys);         // the page's keys, tokens x kv_heads x head_dim; or set_min_max / _mean
 //   d.bounds(query, out);                // out[j * num_pages() + p]: query head j's logit bound on page p
 //   d.bounds(query, out, pool);          // the same bounds, the pages split over an executor's threads
+//   d.bounds_by_page(query, out);        // out[p * query_heads + j]: the same bits, a page's bounds together
 //
 // A basic_sequence holds one (enable_digests) and keeps it in its page order: pages enter without a digest,
 // digests leave with their pages, and observe_query turns the bounds into the attention MemDecay consumes
@@ -225,33 +226,13 @@ class page_digests {
   /// executor and thread count.
   template <simd::isa A = simd::native_isa, executor Exec = inline_executor>
   void bounds(std::span<const float> query, std::span<float> out, Exec&& exec = Exec{}) const {
-    check_query(query);
-    if (out.size() != layout_.effective_query_heads() * num_pages())
-      detail::raise_input(
-          "bounds output has " + detail::to_text(out.size()) +
-          " entries, expected query_heads x pages = " + detail::to_text(layout_.effective_query_heads() * num_pages()));
-    std::vector<float> prepared(layout_.query_size());
-    simd::prepare_digest_query(query.data(), layout_.effective_query_heads(), layout_.head_dim,
-                               static_cast<float>(layout_.effective_scale()), prepared.data());
-    const simd::digest_shape shape{layout_.kv_heads, layout_.effective_query_heads(), layout_.head_dim, layout_.kind};
-    const std::size_t n = num_pages();
-    switch (layout_.storage) {
-      case digest_storage::f32:
-        digest_bounds_on<A>(exec, shape, f32_.data(), n, prepared.data(), out.data(), n);
-        break;
-      case digest_storage::f16:
-        digest_bounds_on<A, std::uint16_t, half_format::f16>(exec, shape, half_.data(), n, prepared.data(),
-                                                             out.data(), n);
-        break;
-      case digest_storage::bf16:
-        digest_bounds_on<A, std::uint16_t, half_format::bf16>(exec, shape, half_.data(), n, prepared.data(),
-                                                              out.data(), n);
-        break;
-    }
-    for (std::size_t p = 0; p < n; ++p)
-      if (present_[p] == 0)
-        for (std::size_t j = 0; j < layout_.effective_query_heads(); ++j)
-          out[j * n + p] = std::numeric_limits<float>::infinity();
+    bounds_in<A>(query, out, simd::head_major(num_pages()), exec);
+  }
+  /// The same bounds page after page: query head j's bound of page p into out[p * query_heads + j], a page's
+  /// bounds together (one stream from the kernel, and contiguous for a reduction over the heads; the same bits).
+  template <simd::isa A = simd::native_isa, executor Exec = inline_executor>
+  void bounds_by_page(std::span<const float> query, std::span<float> out, Exec&& exec = Exec{}) const {
+    bounds_in<A>(query, out, simd::page_major(layout_.effective_query_heads()), exec);
   }
   /// input_error unless `query` is a finite query of this layout.
   void check_query(std::span<const float> query) const {
@@ -311,6 +292,37 @@ class page_digests {
   }
 
  private:
+  // bounds and bounds_by_page: `where` is simd::head_major(num_pages()) or simd::page_major(query_heads).
+  template <simd::isa A, executor Exec>
+  void bounds_in(std::span<const float> query, std::span<float> out, simd::bounds_layout where, Exec& exec) const {
+    check_query(query);
+    if (out.size() != layout_.effective_query_heads() * num_pages())
+      detail::raise_input(
+          "bounds output has " + detail::to_text(out.size()) +
+          " entries, expected query_heads x pages = " + detail::to_text(layout_.effective_query_heads() * num_pages()));
+    std::vector<float> prepared(layout_.query_size());
+    simd::prepare_digest_query(query.data(), layout_.effective_query_heads(), layout_.head_dim,
+                               static_cast<float>(layout_.effective_scale()), prepared.data());
+    const simd::digest_shape shape{layout_.kv_heads, layout_.effective_query_heads(), layout_.head_dim, layout_.kind};
+    const std::size_t n = num_pages();
+    switch (layout_.storage) {
+      case digest_storage::f32:
+        digest_bounds_on<A>(exec, shape, f32_.data(), n, prepared.data(), out.data(), where);
+        break;
+      case digest_storage::f16:
+        digest_bounds_on<A, std::uint16_t, half_format::f16>(exec, shape, half_.data(), n, prepared.data(),
+                                                             out.data(), where);
+        break;
+      case digest_storage::bf16:
+        digest_bounds_on<A, std::uint16_t, half_format::bf16>(exec, shape, half_.data(), n, prepared.data(),
+                                                              out.data(), where);
+        break;
+    }
+    for (std::size_t p = 0; p < n; ++p)
+      if (present_[p] == 0)
+        for (std::size_t j = 0; j < layout_.effective_query_heads(); ++j)
+          out[j * where.head_stride + p * where.page_stride] = std::numeric_limits<float>::infinity();
+  }
   static digest_layout validated(const digest_layout& l) {
     l.validate();
     return l;
