@@ -15,6 +15,7 @@
 //                                      FMAs consume here (each digest value feeds one FMA lane per query head of
 //                                      its group): the compute roofline, the most the kernel can reach in any cache
 //   digest/observe_query/f16/<pages>   seq.observe_query: bounds, the softmax estimate and the observation
+//   digest/observe_query_pool/f16/<pages>/<threads>  the same with the bounds and the estimate on a thread_pool
 //   digest/select_recall/f16/<pages>   seq.select_recall(query) (head_bounds::max): bounds, each page's best head
 //                                      and the recall plan, half the pages on the host, at most 8 promotions
 //   digest/bounds_pool/<storage>/<pages>/<threads>    the kernel in tasks of simd::digest_task_pages pages on a
@@ -278,6 +279,19 @@ void observe_query(benchmark::State& st) {
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
 }
 
+void observe_query_pool(benchmark::State& st) {
+  const auto pages = static_cast<std::size_t>(st.range(0));
+  auto& exec = pool(static_cast<std::size_t>(st.range(1)));
+  md::sequence seq(md::config{.page_size = 16});
+  const std::vector<float> query = digested(seq, pages);
+  md::step_t step = 0;
+  for (auto _ : st) {
+    seq.advance_to(++step);
+    benchmark::DoNotOptimize(seq.observe_query(query, md::query_signal::bound_softmax, 1.0, exec));
+  }
+  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
+}
+
 void select_recall(benchmark::State& st) {
   const auto pages = static_cast<std::size_t>(st.range(0));
   md::sequence seq(md::config{.page_size = 16, .budget = md::budget_config::pages(static_cast<double>(pages / 2))});
@@ -324,6 +338,9 @@ const int registered = [] {
   benchmark::RegisterBenchmark("digest/observe_query/f16", observe_query)
       ->Arg(1024)
       ->Arg(16384)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("digest/observe_query_pool/f16", observe_query_pool)
+      ->ArgsProduct({{1024, 16384}, {1, 2}})
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("digest/select_recall/f16", select_recall)
       ->Arg(1024)
