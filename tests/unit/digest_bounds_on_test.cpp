@@ -3,18 +3,21 @@
 // count), and the sequence's query paths decide alike on a pool.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <string>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include <memdecay/core/executor.hpp>
 #include <memdecay/core/sequence.hpp>
 #include <memdecay/digests/digest_bounds_on.hpp>
 #include <memdecay/digests/page_digests.hpp>
+#include <memdecay/digests/query_signal.hpp>
 
 namespace {
 
@@ -158,6 +161,49 @@ sequence long_tiered_sequence() {
   seq.enable_host_tier({.hysteresis = 0.01});
   seq.commit(seq.select_for_budget());
   return seq;
+}
+
+TEST(DigestBoundsOn, TheEstimateOnAnExecutorIsTheEstimateOnOneThreadBitForBit) {
+  // Pages past two of the estimate's page tasks (4,096 pages each), unknown (+inf, NaN) and impossible (-inf)
+  // bounds among them, and one head whose every bound is -inf (every page alike).
+  const std::size_t heads = 5, pages = 2 * 4096 + 37;
+  std::vector<float> bounds(heads * pages);
+  std::vector<std::uint32_t> tokens(pages);
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (auto& b : bounds) b = normal(rng);
+  for (auto& t : tokens) t = 1 + rng() % 16;
+  for (std::size_t i = 0; i < bounds.size(); i += 101) bounds[i] = std::numeric_limits<float>::infinity();
+  for (std::size_t i = 7; i < bounds.size(); i += 211) bounds[i] = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t i = 13; i < bounds.size(); i += 307) bounds[i] = -std::numeric_limits<float>::infinity();
+  std::fill(bounds.begin() + 3 * pages, bounds.begin() + 4 * pages, -std::numeric_limits<float>::infinity());
+  thread_pool one(1), three(3);
+  reversed_executor reversed;
+  for (auto how : {query_signal::bound_softmax, query_signal::bound_softmax_tokens}) {
+    std::vector<double> want(pages);
+    estimate_page_attention<double>(bounds, heads, tokens, how, 2.0, std::span<double>(want));
+    const auto same = [&](auto& exec, const char* name) {
+      std::vector<double> got(pages, -1.0);
+      estimate_page_attention<double>(bounds, heads, tokens, how, 2.0, std::span<double>(got), exec);
+      ASSERT_EQ(std::memcmp(got.data(), want.data(), pages * sizeof(double)), 0) << name << " " << to_string(how);
+    };
+    same(one, "pool of 1");
+    same(three, "pool of 3");
+    same(reversed, "reversed");
+  }
+  EXPECT_GT(reversed.calls, 0u);
+  // The same errors, and nothing written.
+  std::vector<double> out(pages, -1.0);
+  EXPECT_THROW(estimate_page_attention<double>(bounds, heads + 1, tokens, query_signal::bound_softmax, 1.0,
+                                               std::span<double>(out), three),
+               input_error);
+  EXPECT_THROW(estimate_page_attention<double>(bounds, heads, tokens, query_signal::bound_softmax, -1.0,
+                                               std::span<double>(out), three),
+               input_error);
+  EXPECT_THROW(estimate_page_attention<double>(bounds, heads, tokens, static_cast<query_signal>(9), 1.0,
+                                               std::span<double>(out), three),
+               input_error);
+  EXPECT_EQ(std::count(out.begin(), out.end(), -1.0), static_cast<std::ptrdiff_t>(pages));
 }
 
 TEST(DigestBoundsOn, TheSequencesQueryPathsDecideAlikeOnAPool) {

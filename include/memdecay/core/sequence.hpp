@@ -443,7 +443,7 @@ class basic_sequence {
     for (std::size_t p = 0; p < num_pages(); ++p)
       if (!hosting() || !tier_->on_host(p)) tokens.push_back(static_cast<std::uint32_t>(state_.tokens_in_page(p)));
     std::vector<Float> mass(tokens.size());
-    estimate_page_attention<Float>(bounds, heads, tokens, how, total, std::span<Float>(mass));
+    estimate_page_attention<Float>(bounds, heads, tokens, how, total, std::span<Float>(mass), exec);
     return mass;
   }
 
@@ -619,7 +619,7 @@ class basic_sequence {
       digests_->bounds(query, std::span<float>(bounds), exec);
       std::vector<double> mass(n);
       const std::vector<std::uint32_t> one_per_page(n, 1);
-      estimate_page_attention<double>(bounds, heads, one_per_page, query_signal::bound_softmax, 1.0, mass);
+      estimate_page_attention<double>(bounds, heads, one_per_page, query_signal::bound_softmax, 1.0, mass, exec);
       for (std::size_t p = 0; p < n; ++p) page_bound[p] = static_cast<float>(std::log(mass[p]));
       for (std::size_t j = 0; j < heads; ++j)
         for (std::size_t p = 0; p < n; ++p)
