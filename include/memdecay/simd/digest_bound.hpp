@@ -14,9 +14,10 @@
 // digest_bound_reference is the specification: the max form, in double. The kernels read the scaled query once
 // per channel vector, split it into q^+ and q^- in registers (a max and a min, no second load: the kernel is
 // bound by its loads, docs/tiers.md) and run two fused multiply-adds per channel, as wide as the isa allows, over
-// fp32, fp16 or bf16 digests (widened in registers: simd/half.hpp). Error contract, checked by tests/simd/simd_digest_bound_test.cpp
-// for every isa the build can emit: |kernel - reference| <= digest_bound_tolerance(...) = (head_dim + 2) x
-// FLT_EPSILON x scale x sum_c |q_c| max(|lo_c|, |hi_c|), the standard bound of a float dot product of that length.
+// fp32, fp16 or bf16 digests (widened in registers: simd/half.hpp). Error contract, checked by
+// tests/simd/simd_digest_bound_test.cpp for every isa the build can emit: |kernel - reference| <=
+// digest_bound_tolerance(...) = (head_dim + 2) x FLT_EPSILON x scale x sum_c |q_c| max(|lo_c|, |hi_c|), the
+// standard bound of a float dot product of that length.
 #ifndef MEMDECAY_SIMD_DIGEST_BOUND_HPP
 #define MEMDECAY_SIMD_DIGEST_BOUND_HPP
 
@@ -136,8 +137,9 @@ MEMDECAY_SIMD_INLINE typename packet<float, A>::reg load_digest(const Elem* p) n
   else
     return load_widened<A, F>(p);
 }
-// q^+ and q^- of a vector of the scaled query. max/min return their second operand (+0) when q is +-0 (x86) or
-// compare equal (the scalar packet: b < a false), matching positive_part/negative_part.
+// q^+ and q^- of a vector of the scaled query. At q = +-0, x86's max/min return their second operand (+0) and the
+// scalar packet's compare false, as positive_part/negative_part do; NEON's min gives -0 for q = -0, whose products
+// add nothing either.
 template <isa A>
 MEMDECAY_SIMD_INLINE typename packet<float, A>::reg positive_part(typename packet<float, A>::reg q) noexcept {
   return packet<float, A>::max(q, packet<float, A>::zero());
