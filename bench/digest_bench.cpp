@@ -267,21 +267,9 @@ std::vector<float> digested(md::sequence& seq, std::size_t pages) {
   return query;
 }
 
-void observe_query(benchmark::State& st) {
+template <md::executor Exec>
+void observe_query_on(benchmark::State& st, Exec& exec) {
   const auto pages = static_cast<std::size_t>(st.range(0));
-  md::sequence seq(md::config{.page_size = 16});
-  const std::vector<float> query = digested(seq, pages);
-  md::step_t step = 0;
-  for (auto _ : st) {
-    seq.advance_to(++step);
-    benchmark::DoNotOptimize(seq.observe_query(query));
-  }
-  st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
-}
-
-void observe_query_pool(benchmark::State& st) {
-  const auto pages = static_cast<std::size_t>(st.range(0));
-  auto& exec = pool(static_cast<std::size_t>(st.range(1)));
   md::sequence seq(md::config{.page_size = 16});
   const std::vector<float> query = digested(seq, pages);
   md::step_t step = 0;
@@ -291,6 +279,11 @@ void observe_query_pool(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(pages));
 }
+void observe_query(benchmark::State& st) {
+  md::inline_executor exec;
+  observe_query_on(st, exec);
+}
+void observe_query_pool(benchmark::State& st) { observe_query_on(st, pool(static_cast<std::size_t>(st.range(1)))); }
 
 void select_recall(benchmark::State& st) {
   const auto pages = static_cast<std::size_t>(st.range(0));
