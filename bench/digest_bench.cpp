@@ -57,8 +57,8 @@ constexpr std::size_t kv_heads = 8, query_heads = 32, head_dim = 128;
 
 struct workload {
   md::digest_storage storage;
-  std::vector<float> f32;
-  std::vector<std::uint16_t> half;
+  md::page_digests::f32_values f32;  // stored as page_digests stores them (on cache lines)
+  md::page_digests::half_values half;
   std::vector<float> prepared, out;
   std::size_t pages = 0;
   std::size_t bytes() const { return f32.size() * 4 + half.size() * 2; }

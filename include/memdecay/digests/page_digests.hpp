@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "memdecay/detail/column_vector.hpp"
 #include "memdecay/detail/digest.hpp"
 #include "memdecay/core/executor.hpp"
 #include "memdecay/detail/error.hpp"
@@ -113,6 +114,13 @@ struct digest_layout {
 /// Page digests in page order (see the header comment).
 class page_digests {
  public:
+  /// The value arrays: on a cache line (a large one at a page boundary), so that a page's digest vectors
+  /// (2 x head_dim values of a KV head, a multiple of 64 bytes when head_dim is a multiple of 16 or 32) never
+  /// straddle two lines. A std::vector's 16-byte alignment split every 64-byte load of the AVX-512 kernel in two
+  /// (docs/tiers.md).
+  using f32_values = detail::column_vector<float>;
+  using half_values = detail::column_vector<std::uint16_t>;
+
   explicit page_digests(const digest_layout& layout) : layout_(validated(layout)) {}
 
   [[nodiscard]] const digest_layout& layout() const noexcept { return layout_; }
@@ -267,7 +275,7 @@ class page_digests {
   /// Digests from their stored form (a snapshot's; io/snapshot.hpp checks the values first): a presence byte per
   /// page and the raw values of layout.storage. input_error unless the lengths fit the layout.
   [[nodiscard]] static page_digests restore(const digest_layout& layout, std::vector<std::uint8_t> presence,
-                                            std::vector<float> f32, std::vector<std::uint16_t> half) {
+                                            f32_values f32, half_values half) {
     page_digests d(layout);
     const std::size_t n = presence.size() * layout.values_per_page();
     const bool fits =
@@ -381,8 +389,8 @@ class page_digests {
   }
   // Closes the gaps of the removed pages in a page-major array of `per` values per page (sequence_state's
   // compaction, for the digests' arrays).
-  template <class T>
-  void compact(std::vector<T>& values, std::size_t per, std::span<const std::size_t> pages) const noexcept {
+  template <class Values>
+  void compact(Values& values, std::size_t per, std::span<const std::size_t> pages) const noexcept {
     std::size_t write_page = pages.front(), next = 0;
     for (std::size_t read_page = pages.front(); read_page < num_pages(); ++read_page) {
       if (next < pages.size() && pages[next] == read_page) {
@@ -397,8 +405,8 @@ class page_digests {
   }
 
   digest_layout layout_;
-  std::vector<float> f32_;
-  std::vector<std::uint16_t> half_;
+  f32_values f32_;
+  half_values half_;
   std::vector<std::uint8_t> present_;
 };
 

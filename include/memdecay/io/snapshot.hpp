@@ -546,8 +546,8 @@ struct snapshot_access {
     const std::size_t per_page = l.values_per_page();
     const std::size_t elem = l.storage == digest_storage::f32 ? 4 : 2;
     if (pages > r.left() / (per_page * elem)) r.fail("digest values", "truncated");
-    std::vector<float> f32;
-    std::vector<std::uint16_t> half;
+    page_digests::f32_values f32;
+    page_digests::half_values half;
     const std::size_t values_at = r.offset();
     if (l.storage == digest_storage::f32) {
       f32.resize(pages * per_page);
