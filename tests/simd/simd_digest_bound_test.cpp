@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include <memdecay/simd/digest_bound.hpp>
@@ -127,6 +128,9 @@ void check_all_bounds() {
       {2, 8, 128, 19, simd::digest_kind::mean_key},
       {3, 3, 48, 35, simd::digest_kind::mean_key},
       {1, 16, 16, 7, simd::digest_kind::min_max},
+      // The head dims the kernels take as compile-time constants (64 and 128 above, 256 here):
+      {2, 4, 256, 11, simd::digest_kind::min_max},
+      {1, 2, 256, 9, simd::digest_kind::mean_key},
   };
   std::uint32_t seed = 1;
   for (const auto& c : cases)
@@ -135,6 +139,54 @@ void check_all_bounds() {
       check_bounds<A, std::uint16_t, half_format::f16>(c, magnitude, seed++);
       check_bounds<A, std::uint16_t, half_format::bf16>(c, magnitude, seed++);
     }
+}
+
+// The register blocks with the head dim as a compile-time constant (blocks_for_dim's 64, 128, 256) give the same
+// bits as the run-time loop over the same dim, for every group the kernels block and both layouts.
+template <isa A, class Elem, half_format F, simd::digest_kind Kind, std::size_t G, std::size_t Dim>
+void check_fixed_dim_is_the_runtime_loop() {
+  constexpr std::size_t kv_heads = 2, pages = 37, V = simd::vectors_per_head(Kind);
+  const simd::digest_shape shape{kv_heads, kv_heads * G, Dim, Kind};
+  std::mt19937 rng(static_cast<std::uint32_t>(Dim * 10 + G));
+  std::normal_distribution<float> normal;
+  std::vector<Elem> digests(pages * kv_heads * V * Dim);
+  for (auto& d : digests) {
+    if constexpr (std::is_same_v<Elem, float>)
+      d = normal(rng);
+    else
+      d = simd::float_to_half(normal(rng), F);
+  }
+  std::vector<float> query(shape.query_heads * Dim), prepared(query.size());
+  for (auto& q : query) q = normal(rng);
+  simd::prepare_digest_query(query.data(), shape.query_heads, Dim, 0.1f, prepared.data());
+  for (const auto layout : {simd::head_major(pages), simd::page_major(shape.query_heads)}) {
+    std::vector<float> fixed(shape.query_heads * pages, -1.0f), runtime(fixed.size(), -2.0f);
+    simd::detail::pages_in_blocks<A, Elem, F, Kind, G, Dim>(shape, digests.data(), pages, prepared.data(),
+                                                            fixed.data(), layout);
+    simd::detail::pages_in_blocks<A, Elem, F, Kind, G, 0>(shape, digests.data(), pages, prepared.data(),
+                                                          runtime.data(), layout);
+    for (std::size_t i = 0; i < fixed.size(); ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(fixed[i]), std::bit_cast<std::uint32_t>(runtime[i]))
+          << "dim " << Dim << " group " << G << " entry " << i;
+  }
+}
+
+template <isa A, std::size_t G>
+void check_fixed_dims_for_group() {
+  if constexpr (simd::packet<float, A>::lanes > 1) {
+    check_fixed_dim_is_the_runtime_loop<A, float, half_format::f16, simd::digest_kind::min_max, G, 64>();
+    check_fixed_dim_is_the_runtime_loop<A, float, half_format::f16, simd::digest_kind::min_max, G, 128>();
+    check_fixed_dim_is_the_runtime_loop<A, std::uint16_t, half_format::f16, simd::digest_kind::min_max, G, 256>();
+    check_fixed_dim_is_the_runtime_loop<A, std::uint16_t, half_format::bf16, simd::digest_kind::mean_key, G, 128>();
+  }
+}
+
+TEST(DigestBoundKernels, CompileTimeHeadDimsGiveTheRunTimeLoopsBits) {
+  check_fixed_dims_for_group<simd::native_isa, 1>();
+  check_fixed_dims_for_group<simd::native_isa, 2>();
+  check_fixed_dims_for_group<simd::native_isa, 4>();
+  if constexpr (simd::digest_block_accumulators<simd::native_isa> >= 8)
+    check_fixed_dims_for_group<simd::native_isa, 8>();
 }
 
 TEST(DigestBoundKernels, ScalarMatchesTheReference) { check_all_bounds<isa::scalar>(); }

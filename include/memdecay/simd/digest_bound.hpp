@@ -199,11 +199,12 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 // every digest value is loaded once and used G times, every query value once per PB pages (and split into q^+ and
 // q^- in registers: 1/G + 1/(2 PB) loads per FMA instead of 1/G + 1/PB, 1.1-1.5x in one A/B run on AVX-512 and
 // 1.15-1.4x on AVX2 code, docs/tiers.md), and the sums leave through one transpose_sum where the isa has it.
-// Needs dim % lanes == 0.
-template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB>
-MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t dim,
+// Needs dim % lanes == 0. Dim is the head dim where it is known at compile time (else 0 and `head_dim`).
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB, std::size_t Dim = 0>
+MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t head_dim,
                                      float* out, bounds_layout layout, const char* later = nullptr,
                                      std::size_t later_bytes = 0) noexcept {
+  const std::size_t dim = Dim != 0 ? Dim : head_dim;
   using P = packet<float, A>;
   constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
   // Where the block's accumulators, the group's query and a page's digest values all fit in the isa's registers,
@@ -280,13 +281,14 @@ void pages_one_by_one(const digest_shape& s, const Elem* digests, std::size_t fi
     }
 }
 
-template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G>
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t Dim>
 void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
                      bounds_layout layout) noexcept {
   constexpr std::size_t V = vectors_per_head(Kind);
   constexpr std::size_t PB = digest_block_accumulators<A> / G;
   static_assert(digest_task_pages % PB == 0, "a task's pages must fall in whole blocks");
-  const std::size_t page_elems = s.kv_heads * V * s.dim;
+  const std::size_t dim = Dim != 0 ? Dim : s.dim;
+  const std::size_t page_elems = s.kv_heads * V * dim;
   std::size_t p = 0;
   for (; p + PB <= pages; p += PB)
     for (std::size_t h = 0; h < s.kv_heads; ++h) {
@@ -296,15 +298,34 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
       // 1). Measured A/B in one run (docs/tiers.md): from DRAM 1.4x (f32) and 1.3-1.4x (16-bit) over none; all
       // prefetches at once, or to L1 (locality 3), were slower than none.
       constexpr std::size_t ahead = 4;
-      const std::size_t slice = PB * page_elems * sizeof(Elem) / s.kv_heads;
+      const std::size_t slice = PB * V * dim * sizeof(Elem);  // a KV head's share of PB pages' bytes
       const char* later = p + (ahead + 1) * PB <= pages
                               ? reinterpret_cast<const char*>(digests + (p + ahead * PB) * page_elems) + h * slice
                               : nullptr;
-      head_block<A, Elem, F, Kind, G, PB>(prepared + h * G * s.dim, digests + p * page_elems + h * V * s.dim,
-                                          page_elems, s.dim, out + h * G * layout.head_stride + p * layout.page_stride,
-                                          layout, later, slice);
+      head_block<A, Elem, F, Kind, G, PB, Dim>(prepared + h * G * dim, digests + p * page_elems + h * V * dim,
+                                               page_elems, dim, out + h * G * layout.head_stride + p * layout.page_stride,
+                                               layout, later, slice);
     }
   pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, layout);
+}
+
+// The head dims of most models (64: GPT-2, Falcon, Phi; 128: Llama, Mistral, Qwen; 256: Gemma) as compile-time
+// constants, as FlashInfer and FlashAttention dispatch theirs: the channel loop then unrolls and the prefetch of a
+// later block is a fixed run of instructions. From DRAM that measured 1.13-1.17x over the same code with the head
+// dim at run time (Zen 5, page-major, one binary, docs/tiers.md); any other dim runs the run-time loop.
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G>
+void blocks_for_dim(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
+                    bounds_layout layout) noexcept {
+  switch (s.dim) {
+    case 64:
+      return pages_in_blocks<A, Elem, F, Kind, G, 64>(s, digests, pages, prepared, out, layout);
+    case 128:
+      return pages_in_blocks<A, Elem, F, Kind, G, 128>(s, digests, pages, prepared, out, layout);
+    case 256:
+      return pages_in_blocks<A, Elem, F, Kind, G, 256>(s, digests, pages, prepared, out, layout);
+    default:
+      return pages_in_blocks<A, Elem, F, Kind, G, 0>(s, digests, pages, prepared, out, layout);
+  }
 }
 
 template <isa A, class Elem, half_format F, digest_kind Kind>
@@ -314,11 +335,11 @@ void digest_bounds_kind(const digest_shape& s, const Elem* digests, std::size_t 
   const std::size_t group = s.query_heads / s.kv_heads;
   if (P::lanes > 1 && s.dim % P::lanes == 0) {
     // The common groups (MHA, and GQA's 2, 4 and 8 query heads per KV head) in register blocks.
-    if (group == 1) return pages_in_blocks<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, layout);
-    if (group == 2) return pages_in_blocks<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, layout);
-    if (group == 4) return pages_in_blocks<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, layout);
+    if (group == 1) return blocks_for_dim<A, Elem, F, Kind, 1>(s, digests, pages, prepared, out, layout);
+    if (group == 2) return blocks_for_dim<A, Elem, F, Kind, 2>(s, digests, pages, prepared, out, layout);
+    if (group == 4) return blocks_for_dim<A, Elem, F, Kind, 4>(s, digests, pages, prepared, out, layout);
     if constexpr (digest_block_accumulators<A> >= 8)
-      if (group == 8) return pages_in_blocks<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, layout);
+      if (group == 8) return blocks_for_dim<A, Elem, F, Kind, 8>(s, digests, pages, prepared, out, layout);
   }
   pages_one_by_one<A, Elem, F, Kind>(s, digests, 0, pages, prepared, out, layout);
 }
