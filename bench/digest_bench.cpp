@@ -6,6 +6,8 @@
 //   digest/bounds/<storage>/<pages>    the native-isa kernel
 //   digest/bounds_page_major/<storage>/<pages>  the same kernel writing page-major bounds (simd::page_major: a
 //                                      page's 32 results together, one stream) instead of 32 head-major rows
+//   digest/bounds_group/<storage>/<pages>/<G>  bounds_page_major with G query heads per KV head (8 x G query heads):
+//                                      1 for multi-head attention (Llama 2 7B), 8 for Llama 3 70B's grouping
 //   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
 //   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
 //                                      the memory roofline the kernel is measured against
@@ -141,7 +143,7 @@ float read_all(const workload& w) { return read_pages(w, 0, w.pages); }
 float read_in_block_order(const workload& w) {
   using P = md::simd::packet<float, md::simd::native_isa>;
   constexpr std::size_t G = query_heads / kv_heads;
-  constexpr std::size_t PB = md::simd::digest_block_accumulators<md::simd::native_isa> / G;
+  constexpr std::size_t PB = md::simd::digest_block_pages<md::simd::native_isa, G>;
   const float* base = w.f32.empty() ? reinterpret_cast<const float*>(w.half.data()) : w.f32.data();
   const std::size_t page = w.bytes() / 4 / w.pages, slice = page / kv_heads;
   auto a0 = P::zero(), a1 = P::zero();
@@ -159,7 +161,7 @@ float read_in_block_order(const workload& w) {
 namespace proto {
 using P = md::simd::packet<float, md::simd::native_isa>;
 constexpr std::size_t G = query_heads / kv_heads, L = P::lanes;
-constexpr std::size_t PB = md::simd::digest_block_accumulators<md::simd::native_isa> / G, N = G * PB;
+constexpr std::size_t PB = md::simd::digest_block_pages<md::simd::native_isa, G>, N = G * PB;
 constexpr std::size_t steps = head_dim / L, head_tile = PB * 2 * head_dim, block_tile = kv_heads * head_tile;
 
 // The page-major values of whole blocks in tiles: tile[block][head][step][lo of PB pages | hi of PB pages][L].
@@ -219,7 +221,7 @@ void bounds(const Elem* tiles, std::size_t pages, const float* q_all, float* out
         }
       }
       alignas(64) float sums[N];
-      if constexpr (requires { P::has_transpose_sum; })
+      if constexpr (requires { P::has_transpose_sum; } && N == L)
         P::store(sums, P::transpose_sum(acc));
       else
         for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
@@ -276,6 +278,37 @@ void tiled_prototype(benchmark::State& st, md::digest_storage storage) {
   for (auto _ : st) {
     run();
     benchmark::DoNotOptimize(w.out.data());
+    benchmark::ClobberMemory();
+  }
+  finish(st, w);
+}
+
+void bounds_group(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  const auto heads = kv_heads * static_cast<std::size_t>(st.range(1));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> query(heads * head_dim), prepared(query.size());
+  for (auto& q : query) q = normal(rng);
+  md::simd::prepare_digest_query(query.data(), heads, head_dim, 0.088f, prepared.data());
+  md::page_digests::f32_values out(heads * w.pages);
+  const md::simd::digest_shape shape{kv_heads, heads, head_dim, md::digest_kind::min_max};
+  const auto where = md::simd::page_major(heads);
+  for (auto _ : st) {
+    switch (storage) {
+      case md::digest_storage::f32:
+        md::simd::digest_bounds(shape, w.f32.data(), w.pages, prepared.data(), out.data(), where);
+        break;
+      case md::digest_storage::f16:
+        md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::f16>(
+            shape, w.half.data(), w.pages, prepared.data(), out.data(), where);
+        break;
+      case md::digest_storage::bf16:
+        md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::bf16>(
+            shape, w.half.data(), w.pages, prepared.data(), out.data(), where);
+        break;
+    }
+    benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
   finish(st, w);
@@ -425,6 +458,10 @@ const int registered = [] {
                                        [storage](benchmark::State& st) { bounds<md::simd::native_isa>(st, storage); }));
     sizes(benchmark::RegisterBenchmark(("digest/bounds_page_major/" + s).c_str(),
                                        [storage](benchmark::State& st) { bounds_page_major(st, storage); }));
+    benchmark::RegisterBenchmark(("digest/bounds_group/" + s).c_str(),
+                                 [storage](benchmark::State& st) { bounds_group(st, storage); })
+        ->ArgsProduct({{1024, 262144}, {1, 2, 8}})
+        ->Unit(benchmark::kMicrosecond);
     sizes(benchmark::RegisterBenchmark(("digest/scalar/" + s).c_str(), [storage](benchmark::State& st) {
       bounds<md::simd::isa::scalar>(st, storage);
     }));

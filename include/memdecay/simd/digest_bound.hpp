@@ -115,8 +115,15 @@ template <isa A>
 inline constexpr std::size_t digest_block_accumulators =
     requires { packet<float, A>::has_transpose_sum; } ? packet<float, A>::lanes : 8;
 
+/// The pages of one register block for G query heads per KV head: as many as the accumulators hold, but at most 4.
+/// A block reads each of its pages' lo and hi rows side by side, so 16 pages (MHA on AVX-512) are 32 streams a page
+/// apart, which one core reads from DRAM at half its plain rate; 4 pages cost a query load per 8 FMAs more and
+/// measured 1.3-1.5x faster from DRAM for G = 1 and 1.1-1.2x for G = 2 (Zen 5, docs/tiers.md).
+template <isa A, std::size_t G>
+inline constexpr std::size_t digest_block_pages = std::min<std::size_t>(digest_block_accumulators<A> / G, 4);
+
 /// Pages per task when the bounds are split over threads (digests/digest_bounds_on.hpp). A multiple of every
-/// register block's page count (digest_block_accumulators / group <= 16 on every isa), so a task's pages fall in
+/// register block's page count (digest_block_pages <= 4), so a task's pages fall in
 /// the same blocks as in one call over all pages, the tail pages are the same, and the bounds are the same bit for
 /// bit whatever the split. 512 pages of 8 KV heads x 128 min/max are 4 MiB of f32 (2 of f16): long enough for the
 /// prefetch to run ahead within the task and for a pool's dispatch (about a microsecond) to vanish.
@@ -198,7 +205,8 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 // One KV head of pages [first, first + PB) against its G query heads: G x PB accumulators, one register each, so
 // every digest value is loaded once and used G times, every query value once per PB pages (and split into q^+ and
 // q^- in registers: 1/G + 1/(2 PB) loads per FMA instead of 1/G + 1/PB, 1.1-1.5x in one A/B run on AVX-512 and
-// 1.15-1.4x on AVX2 code, docs/tiers.md), and the sums leave through one transpose_sum where the isa has it.
+// 1.15-1.4x on AVX2 code, docs/tiers.md), and the sums leave through one transpose_sum where the isa has one and
+// the block fills it.
 // Needs dim % lanes == 0. Dim is the head dim where it is known at compile time (else 0 and `head_dim`).
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB, std::size_t Dim = 0>
 MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t head_dim,
@@ -253,8 +261,7 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
     }
   }
   alignas(64) float sums[N];
-  if constexpr (requires { P::has_transpose_sum; }) {
-    static_assert(N == L);
+  if constexpr (requires { P::has_transpose_sum; } && N == L) {
     P::store(sums, P::transpose_sum(acc));
   } else {
     for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
@@ -285,7 +292,7 @@ template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std
 void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
                      bounds_layout layout) noexcept {
   constexpr std::size_t V = vectors_per_head(Kind);
-  constexpr std::size_t PB = digest_block_accumulators<A> / G;
+  constexpr std::size_t PB = digest_block_pages<A, G>;
   static_assert(digest_task_pages % PB == 0, "a task's pages must fall in whole blocks");
   const std::size_t dim = Dim != 0 ? Dim : s.dim;
   const std::size_t page_elems = s.kv_heads * V * dim;
