@@ -13,12 +13,12 @@
 //                                      the memory roofline the kernel is measured against
 //   digest/block_order_roofline/<storage>/<pages>  the same read in the kernel's order (blocks of pages, a KV head's
 //                                      slice of each page of the block at a time): what that access order allows
-//   digest/tiled_prototype/<storage>/<pages>  a prototype, not the library: the kernel's register block (the same
-//                                      FMAs in the same order, checked bit for bit against bounds_page_major before
-//                                      timing) over a copy of the digests tiled so that the block reads in address
-//                                      order: [block of PB pages][KV head][channel step][lo of the PB pages][hi of
-//                                      them]. Answers whether page_digests should store that layout (on the Zen 5 host of
-//                                      docs/tiers.md it did not help: 0.81-1.17x from DRAM)
+//   digest/tiled_prototype/<storage>/<pages>/<G>  a prototype, not the library: the kernel's register block for G
+//                                      query heads per KV head (the same FMAs in the same order, checked bit for
+//                                      bit against the library's page-major bounds before timing) over a copy of
+//                                      the digests tiled so that the block reads in address order: [block of PB
+//                                      pages][KV head][channel step][lo of the PB pages][hi of them]. Answers
+//                                      whether page_digests should store that layout (docs/tiers.md)
 //   digest/fma_roofline/<storage>      independent vector FMAs and nothing else, counted as the digest bytes those
 //                                      FMAs consume here (each digest value feeds one FMA lane per query head of
 //                                      its group): the compute roofline, the most the kernel can reach in any cache
@@ -158,78 +158,80 @@ float read_in_block_order(const workload& w) {
   return P::reduce_add(P::add(a0, a1));
 }
 
-namespace proto {
-using P = md::simd::packet<float, md::simd::native_isa>;
-constexpr std::size_t G = query_heads / kv_heads, L = P::lanes;
-constexpr std::size_t PB = md::simd::digest_block_pages<md::simd::native_isa, G>, N = G * PB;
-constexpr std::size_t steps = head_dim / L, head_tile = PB * 2 * head_dim, block_tile = kv_heads * head_tile;
+// The prototype for G query heads per KV head (the block of digest_bound.hpp for that group).
+template <std::size_t G>
+struct proto {
+  using P = md::simd::packet<float, md::simd::native_isa>;
+  static constexpr std::size_t L = P::lanes;
+  static constexpr std::size_t PB = md::simd::digest_block_pages<md::simd::native_isa, G>, N = G * PB;
+  static constexpr std::size_t steps = head_dim / L, head_tile = PB * 2 * head_dim, block_tile = kv_heads * head_tile;
 
-// The page-major values of whole blocks in tiles: tile[block][head][step][lo of PB pages | hi of PB pages][L].
-template <class Values>
-Values tiled(const Values& page_major, std::size_t pages) {
-  Values t(pages / PB * block_tile);
-  std::size_t o = 0;
-  for (std::size_t p = 0; p + PB <= pages; p += PB)
-    for (std::size_t h = 0; h < kv_heads; ++h)
-      for (std::size_t c = 0; c < head_dim; c += L)
-        for (std::size_t part = 0; part < 2; ++part)
-          for (std::size_t b = 0; b < PB; ++b)
-            for (std::size_t l = 0; l < L; ++l)
-              t[o++] = page_major[((p + b) * kv_heads + h) * 2 * head_dim + part * head_dim + c + l];
-  return t;
-}
+  // The page-major values of whole blocks in tiles: tile[block][head][step][lo of PB pages | hi of PB pages][L].
+  template <class Values>
+  static Values tiled(const Values& page_major, std::size_t pages) {
+    Values t(pages / PB * block_tile);
+    std::size_t o = 0;
+    for (std::size_t p = 0; p + PB <= pages; p += PB)
+      for (std::size_t h = 0; h < kv_heads; ++h)
+        for (std::size_t c = 0; c < head_dim; c += L)
+          for (std::size_t part = 0; part < 2; ++part)
+            for (std::size_t b = 0; b < PB; ++b)
+              for (std::size_t l = 0; l < L; ++l)
+                t[o++] = page_major[((p + b) * kv_heads + h) * 2 * head_dim + part * head_dim + c + l];
+    return t;
+  }
 
-// digest_bound.hpp's head_block over one tile, with its prefetch of the tile 4 blocks on spread over the steps.
-template <class Elem, md::half_format F>
-void bounds(const Elem* tiles, std::size_t pages, const float* q_all, float* out) {
-  constexpr bool pin = static_cast<int>(N + 2 * G + 2) <= md::simd::vector_registers(md::simd::native_isa);
-  constexpr std::size_t ahead = 4, tile_bytes = head_tile * sizeof(Elem);
-  constexpr std::size_t per_step = (tile_bytes / steps + 63) / 64 * 64;
-  for (std::size_t p = 0; p + PB <= pages; p += PB)
-    for (std::size_t h = 0; h < kv_heads; ++h) {
-      const Elem* d = tiles + (p / PB) * block_tile + h * head_tile;
-      const char* later =
-          p + (ahead + 1) * PB <= pages ? reinterpret_cast<const char*>(d + ahead * block_tile) : nullptr;
-      const float* q = q_all + h * G * head_dim;
-      typename P::reg acc[N];
-      for (auto& a : acc) a = P::zero();
-      for (std::size_t c = 0; c < head_dim; c += L, d += 2 * PB * L) {
-        if (later)
-          for (std::size_t off = (c / L) * per_step, end = std::min(off + per_step, tile_bytes); off < end; off += 64)
-            md::simd::detail::prefetch(later + off);
-        typename P::reg qa[G], qb[G];
-        MEMDECAY_SIMD_UNROLL
-        for (std::size_t g = 0; g < G; ++g) {
-          qa[g] = P::load(q + g * head_dim + c);
-          qb[g] = md::simd::detail::negative_part<md::simd::native_isa>(qa[g]);
-          qa[g] = md::simd::detail::positive_part<md::simd::native_isa>(qa[g]);
-          if constexpr (pin) {
-            md::simd::detail::in_register(qa[g]);
-            md::simd::detail::in_register(qb[g]);
-          }
-        }
-        MEMDECAY_SIMD_UNROLL
-        for (std::size_t b = 0; b < PB; ++b) {
-          auto lo = md::simd::detail::load_digest<md::simd::native_isa, Elem, F>(d + b * L);
-          auto hi = md::simd::detail::load_digest<md::simd::native_isa, Elem, F>(d + (PB + b) * L);
-          if constexpr (pin) {
-            md::simd::detail::in_register(lo);
-            md::simd::detail::in_register(hi);
+  // digest_bound.hpp's head_block over one tile, with its prefetch of the tile 4 blocks on spread over the steps.
+  template <class Elem, md::half_format F>
+  static void bounds(const Elem* tiles, std::size_t pages, const float* q_all, float* out) {
+    constexpr bool pin = static_cast<int>(N + 2 * G + 2) <= md::simd::vector_registers(md::simd::native_isa);
+    constexpr std::size_t ahead = 4, tile_bytes = head_tile * sizeof(Elem);
+    constexpr std::size_t per_step = (tile_bytes / steps + 63) / 64 * 64;
+    for (std::size_t p = 0; p + PB <= pages; p += PB)
+      for (std::size_t h = 0; h < kv_heads; ++h) {
+        const Elem* d = tiles + (p / PB) * block_tile + h * head_tile;
+        const char* later =
+            p + (ahead + 1) * PB <= pages ? reinterpret_cast<const char*>(d + ahead * block_tile) : nullptr;
+        const float* q = q_all + h * G * head_dim;
+        typename P::reg acc[N];
+        for (auto& a : acc) a = P::zero();
+        for (std::size_t c = 0; c < head_dim; c += L, d += 2 * PB * L) {
+          if (later)
+            for (std::size_t off = (c / L) * per_step, end = std::min(off + per_step, tile_bytes); off < end; off += 64)
+              md::simd::detail::prefetch(later + off);
+          typename P::reg qa[G], qb[G];
+          MEMDECAY_SIMD_UNROLL
+          for (std::size_t g = 0; g < G; ++g) {
+            qa[g] = P::load(q + g * head_dim + c);
+            qb[g] = md::simd::detail::negative_part<md::simd::native_isa>(qa[g]);
+            qa[g] = md::simd::detail::positive_part<md::simd::native_isa>(qa[g]);
+            if constexpr (pin) {
+              md::simd::detail::in_register(qa[g]);
+              md::simd::detail::in_register(qb[g]);
+            }
           }
           MEMDECAY_SIMD_UNROLL
-          for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
+          for (std::size_t b = 0; b < PB; ++b) {
+            auto lo = md::simd::detail::load_digest<md::simd::native_isa, Elem, F>(d + b * L);
+            auto hi = md::simd::detail::load_digest<md::simd::native_isa, Elem, F>(d + (PB + b) * L);
+            if constexpr (pin) {
+              md::simd::detail::in_register(lo);
+              md::simd::detail::in_register(hi);
+            }
+            MEMDECAY_SIMD_UNROLL
+            for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
+          }
         }
+        alignas(64) float sums[N];
+        if constexpr (requires { P::has_transpose_sum; } && N == L)
+          P::store(sums, P::transpose_sum(acc));
+        else
+          for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
+        for (std::size_t b = 0; b < PB; ++b)
+          for (std::size_t g = 0; g < G; ++g) out[(p + b) * kv_heads * G + h * G + g] = sums[b * G + g];
       }
-      alignas(64) float sums[N];
-      if constexpr (requires { P::has_transpose_sum; } && N == L)
-        P::store(sums, P::transpose_sum(acc));
-      else
-        for (std::size_t i = 0; i < N; ++i) sums[i] = P::reduce_add(acc[i]);
-      for (std::size_t b = 0; b < PB; ++b)
-        for (std::size_t g = 0; g < G; ++g) out[(p + b) * query_heads + h * G + g] = sums[b * G + g];
-    }
-}
-}  // namespace proto
+  }
+};
 
 void finish(benchmark::State& st, const workload& w) {
   st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(w.pages));
@@ -249,65 +251,81 @@ void bounds_page_major(benchmark::State& st, md::digest_storage storage) {
   finish(st, w);
 }
 
-void tiled_prototype(benchmark::State& st, md::digest_storage storage) {
-  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
-  const bool is_f32 = storage == md::digest_storage::f32;
-  const auto f32 = is_f32 ? proto::tiled(w.f32, w.pages) : md::page_digests::f32_values{};
-  const auto half = is_f32 ? md::page_digests::half_values{} : proto::tiled(w.half, w.pages);
-  const auto run = [&] {
-    switch (storage) {
-      case md::digest_storage::f32:
-        return proto::bounds<float, md::half_format::f16>(f32.data(), w.pages, w.prepared.data(), w.out.data());
-      case md::digest_storage::f16:
-        return proto::bounds<std::uint16_t, md::half_format::f16>(half.data(), w.pages, w.prepared.data(),
-                                                                   w.out.data());
-      case md::digest_storage::bf16:
-        return proto::bounds<std::uint16_t, md::half_format::bf16>(half.data(), w.pages, w.prepared.data(),
-                                                                    w.out.data());
-    }
-  };
-  run_bounds<md::simd::native_isa>(w, md::simd::page_major(query_heads));
-  const std::vector<float> expected = w.out;
-  std::fill(w.out.begin(), w.out.end(), 0.0f);
-  run();
-  if (w.pages % proto::PB != 0 ||
-      !std::equal(expected.begin(), expected.end(), w.out.begin(), [](float a, float b) {
-        return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
-      }))
-    return st.SkipWithError("the tiled prototype's bounds differ from the kernel's");
-  for (auto _ : st) {
-    run();
-    benchmark::DoNotOptimize(w.out.data());
-    benchmark::ClobberMemory();
-  }
-  finish(st, w);
-}
-
-void bounds_group(benchmark::State& st, md::digest_storage storage) {
-  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
-  const auto heads = kv_heads * static_cast<std::size_t>(st.range(1));
+// A query of `heads` heads prepared for the kernel.
+std::vector<float> prepared_query(std::size_t heads) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   std::vector<float> query(heads * head_dim), prepared(query.size());
   for (auto& q : query) q = normal(rng);
   md::simd::prepare_digest_query(query.data(), heads, head_dim, 0.088f, prepared.data());
-  md::page_digests::f32_values out(heads * w.pages);
+  return prepared;
+}
+
+// The library's page-major bounds of w's digests for `heads` query heads.
+void library_bounds(const workload& w, std::size_t heads, const float* prepared, float* out) {
   const md::simd::digest_shape shape{kv_heads, heads, head_dim, md::digest_kind::min_max};
   const auto where = md::simd::page_major(heads);
-  for (auto _ : st) {
-    switch (storage) {
+  switch (w.storage) {
+    case md::digest_storage::f32: return md::simd::digest_bounds(shape, w.f32.data(), w.pages, prepared, out, where);
+    case md::digest_storage::f16:
+      return md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::f16>(
+          shape, w.half.data(), w.pages, prepared, out, where);
+    case md::digest_storage::bf16:
+      return md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::bf16>(
+          shape, w.half.data(), w.pages, prepared, out, where);
+  }
+}
+
+template <std::size_t G>
+void tiled_prototype(benchmark::State& st, workload& w) {
+  using block = proto<G>;
+  const bool is_f32 = w.storage == md::digest_storage::f32;
+  const auto f32 = is_f32 ? block::tiled(w.f32, w.pages) : md::page_digests::f32_values{};
+  const auto half = is_f32 ? md::page_digests::half_values{} : block::tiled(w.half, w.pages);
+  const std::vector<float> prepared = prepared_query(kv_heads * G);
+  md::page_digests::f32_values out(kv_heads * G * w.pages);
+  const auto run = [&] {
+    switch (w.storage) {
       case md::digest_storage::f32:
-        md::simd::digest_bounds(shape, w.f32.data(), w.pages, prepared.data(), out.data(), where);
-        break;
+        return block::template bounds<float, md::half_format::f16>(f32.data(), w.pages, prepared.data(), out.data());
       case md::digest_storage::f16:
-        md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::f16>(
-            shape, w.half.data(), w.pages, prepared.data(), out.data(), where);
-        break;
+        return block::template bounds<std::uint16_t, md::half_format::f16>(half.data(), w.pages, prepared.data(),
+                                                                           out.data());
       case md::digest_storage::bf16:
-        md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::bf16>(
-            shape, w.half.data(), w.pages, prepared.data(), out.data(), where);
-        break;
+        return block::template bounds<std::uint16_t, md::half_format::bf16>(half.data(), w.pages, prepared.data(),
+                                                                            out.data());
     }
+  };
+  std::vector<float> expected(out.size());
+  library_bounds(w, kv_heads * G, prepared.data(), expected.data());
+  run();
+  if (w.pages % block::PB != 0 || !std::equal(expected.begin(), expected.end(), out.begin(), [](float a, float b) {
+        return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+      }))
+    return st.SkipWithError("the tiled prototype's bounds differ from the kernel's");
+  for (auto _ : st) {
+    run();
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  finish(st, w);
+}
+void tiled_prototype(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  switch (st.range(1)) {
+    case 1: return tiled_prototype<1>(st, w);
+    case 2: return tiled_prototype<2>(st, w);
+    default: return tiled_prototype<4>(st, w);
+  }
+}
+
+void bounds_group(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  const auto heads = kv_heads * static_cast<std::size_t>(st.range(1));
+  const std::vector<float> prepared = prepared_query(heads);
+  md::page_digests::f32_values out(heads * w.pages);
+  for (auto _ : st) {
+    library_bounds(w, heads, prepared.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -465,8 +483,10 @@ const int registered = [] {
     sizes(benchmark::RegisterBenchmark(("digest/scalar/" + s).c_str(), [storage](benchmark::State& st) {
       bounds<md::simd::isa::scalar>(st, storage);
     }));
-    sizes(benchmark::RegisterBenchmark(("digest/tiled_prototype/" + s).c_str(),
-                                       [storage](benchmark::State& st) { tiled_prototype(st, storage); }));
+    benchmark::RegisterBenchmark(("digest/tiled_prototype/" + s).c_str(),
+                                 [storage](benchmark::State& st) { tiled_prototype(st, storage); })
+        ->ArgsProduct({{1024, 16384, 262144}, {1, 2, 4}})
+        ->Unit(benchmark::kMicrosecond);
     sizes(benchmark::RegisterBenchmark(("digest/roofline/" + s).c_str(),
                                        [storage](benchmark::State& st) { roofline(st, storage); }));
     sizes(benchmark::RegisterBenchmark(("digest/block_order_roofline/" + s).c_str(),
