@@ -100,22 +100,27 @@ workload& digests(md::digest_storage storage, std::size_t pages) {
   return w;
 }
 
+// The library's bounds of w's digests for a prepared query of `heads` heads (query_heads, or 8 x G for another
+// group) into `out`, placed as `layout` says.
 template <md::simd::isa A>
-void run_bounds(workload& w, md::simd::bounds_layout layout) {
-  const md::simd::digest_shape shape{kv_heads, query_heads, head_dim, md::digest_kind::min_max};
+void run_bounds(const workload& w, std::size_t heads, const float* prepared, float* out,
+                md::simd::bounds_layout layout) {
+  const md::simd::digest_shape shape{kv_heads, heads, head_dim, md::digest_kind::min_max};
   switch (w.storage) {
     case md::digest_storage::f32:
-      md::simd::digest_bounds<A>(shape, w.f32.data(), w.pages, w.prepared.data(), w.out.data(), layout);
-      break;
+      return md::simd::digest_bounds<A>(shape, w.f32.data(), w.pages, prepared, out, layout);
     case md::digest_storage::f16:
-      md::simd::digest_bounds<A, std::uint16_t, md::half_format::f16>(shape, w.half.data(), w.pages, w.prepared.data(),
-                                                                      w.out.data(), layout);
-      break;
+      return md::simd::digest_bounds<A, std::uint16_t, md::half_format::f16>(shape, w.half.data(), w.pages, prepared,
+                                                                             out, layout);
     case md::digest_storage::bf16:
-      md::simd::digest_bounds<A, std::uint16_t, md::half_format::bf16>(shape, w.half.data(), w.pages, w.prepared.data(),
-                                                                       w.out.data(), layout);
-      break;
+      return md::simd::digest_bounds<A, std::uint16_t, md::half_format::bf16>(shape, w.half.data(), w.pages, prepared,
+                                                                              out, layout);
   }
+}
+
+template <md::simd::isa A>
+void run_bounds(workload& w, md::simd::bounds_layout layout) {
+  run_bounds<A>(w, query_heads, w.prepared.data(), w.out.data(), layout);
   benchmark::DoNotOptimize(w.out.data());
   benchmark::ClobberMemory();
 }
@@ -261,21 +266,6 @@ std::vector<float> prepared_query(std::size_t heads) {
   return prepared;
 }
 
-// The library's page-major bounds of w's digests for `heads` query heads.
-void library_bounds(const workload& w, std::size_t heads, const float* prepared, float* out) {
-  const md::simd::digest_shape shape{kv_heads, heads, head_dim, md::digest_kind::min_max};
-  const auto where = md::simd::page_major(heads);
-  switch (w.storage) {
-    case md::digest_storage::f32: return md::simd::digest_bounds(shape, w.f32.data(), w.pages, prepared, out, where);
-    case md::digest_storage::f16:
-      return md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::f16>(
-          shape, w.half.data(), w.pages, prepared, out, where);
-    case md::digest_storage::bf16:
-      return md::simd::digest_bounds<md::simd::native_isa, std::uint16_t, md::half_format::bf16>(
-          shape, w.half.data(), w.pages, prepared, out, where);
-  }
-}
-
 template <std::size_t G>
 void tiled_prototype(benchmark::State& st, workload& w) {
   using block = proto<G>;
@@ -297,7 +287,8 @@ void tiled_prototype(benchmark::State& st, workload& w) {
     }
   };
   std::vector<float> expected(out.size());
-  library_bounds(w, kv_heads * G, prepared.data(), expected.data());
+  run_bounds<md::simd::native_isa>(w, kv_heads * G, prepared.data(), expected.data(),
+                                   md::simd::page_major(kv_heads * G));
   run();
   if (w.pages % block::PB != 0 || !std::equal(expected.begin(), expected.end(), out.begin(), [](float a, float b) {
         return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
@@ -325,7 +316,7 @@ void bounds_group(benchmark::State& st, md::digest_storage storage) {
   const std::vector<float> prepared = prepared_query(heads);
   md::page_digests::f32_values out(heads * w.pages);
   for (auto _ : st) {
-    library_bounds(w, heads, prepared.data(), out.data());
+    run_bounds<md::simd::native_isa>(w, heads, prepared.data(), out.data(), md::simd::page_major(heads));
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
