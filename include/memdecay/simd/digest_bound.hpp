@@ -210,8 +210,7 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
 // Needs dim % lanes == 0. Dim is the head dim where it is known at compile time (else 0 and `head_dim`).
 template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB, std::size_t Dim = 0>
 MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::size_t page_elems, std::size_t head_dim,
-                                     float* out, bounds_layout layout, const char* later = nullptr,
-                                     std::size_t later_bytes = 0) noexcept {
+                                     float* out, bounds_layout layout, const char* later = nullptr) noexcept {
   const std::size_t dim = Dim != 0 ? Dim : head_dim;
   using P = packet<float, A>;
   constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
@@ -224,12 +223,23 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
   typename P::reg acc[N];
   MEMDECAY_SIMD_UNROLL
   for (auto& a : acc) a = P::zero();
-  // The prefetch of a later block (`later_bytes` from `later`), spread over the channel steps in address order.
-  const std::size_t steps = dim / L, per_step = later ? (later_bytes / steps + 63) / 64 * 64 : 0;
+  // The prefetch of a later block's slice (as many bytes from `later` as this block reads, PB x V x dim values),
+  // spread over the channel steps in address order: step_bytes per step, a fixed count of lines, so that with
+  // the channel loop unrolled it is a run of prefetch instructions. GCC had kept it a loop of its own per step
+  // (a compare and two jumps per line on top of the prefetch), and from DRAM the kernel ran 1.15-1.35x slower
+  // (fp32 and 16-bit, 4 query heads per KV head, Zen 5, docs/tiers.md).
+  constexpr std::size_t step_bytes = PB * V * L * sizeof(Elem);
+  MEMDECAY_SIMD_UNROLL
   for (std::size_t c = 0; c < dim; c += L) {
-    if (later)
-      for (std::size_t off = (c / L) * per_step, end = std::min(off + per_step, later_bytes); off < end; off += 64)
-        prefetch(later + off);
+    if (later) {
+      const char* step = later + (c / L) * step_bytes;
+      if constexpr (step_bytes >= 64) {
+        MEMDECAY_SIMD_UNROLL
+        for (std::size_t off = 0; off < step_bytes; off += 64) prefetch(step + off);
+      } else if ((c / L) * step_bytes % 64 == 0) {
+        prefetch(step);  // a line every 64 / step_bytes steps
+      }
+    }
     typename P::reg qa[G], qb[G];
     MEMDECAY_SIMD_UNROLL
     for (std::size_t g = 0; g < G; ++g) {
@@ -311,7 +321,7 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
                               : nullptr;
       head_block<A, Elem, F, Kind, G, PB, Dim>(prepared + h * G * dim, digests + p * page_elems + h * V * dim,
                                                page_elems, dim, out + h * G * layout.head_stride + p * layout.page_stride,
-                                               layout, later, slice);
+                                               layout, later);
     }
   pages_one_by_one<A, Elem, F, Kind>(s, digests, p, pages, prepared, out, layout);
 }
