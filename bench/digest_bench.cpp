@@ -174,6 +174,7 @@ struct proto {
   // The page-major values of whole blocks in tiles: tile[block][head][step][lo of PB pages | hi of PB pages][L].
   template <class Values>
   static Values tiled(const Values& page_major, std::size_t pages) {
+    using Elem = typename Values::value_type;
     Values t(pages / PB * block_tile);
     std::size_t o = 0;
     for (std::size_t p = 0; p + PB <= pages; p += PB)
@@ -182,7 +183,9 @@ struct proto {
           for (std::size_t part = 0; part < 2; ++part)
             for (std::size_t b = 0; b < PB; ++b)
               for (std::size_t l = 0; l < L; ++l)
-                t[o++] = page_major[((p + b) * kv_heads + h) * 2 * head_dim + part * head_dim + c + l];
+                t[o++] = page_major[((p + b) * kv_heads + h) * 2 * head_dim +
+                                    (part == 0 ? md::simd::digest_min_offset<Elem>(c + l)
+                                               : md::simd::digest_max_offset<Elem>(c + l, head_dim))];
     return t;
   }
 

@@ -61,16 +61,20 @@ void check_bounds(const digest_case& c, float magnitude, std::uint32_t seed) {
       for (std::size_t ch = 0; ch < c.dim; ++ch) {
         float lo = normal(rng), hi = normal(rng);
         if (lo > hi) std::swap(lo, hi);
-        const std::size_t at = p * per_page + h * V * c.dim + ch;
+        // The kernels read a min/max head in the digest layout; the reference reads its minima then maxima.
+        const std::size_t head = p * per_page + h * V * c.dim;
         const float values[2] = {lo, hi};
         for (std::size_t v = 0; v < V; ++v) {
+          const std::size_t stored = head + (V == 1   ? ch
+                                             : v == 0 ? simd::digest_min_offset<Elem>(ch)
+                                                      : simd::digest_max_offset<Elem>(ch, c.dim));
           if constexpr (std::is_same_v<Elem, float>) {
-            digests[at + v * c.dim] = values[v];
-            widened[at + v * c.dim] = values[v];
+            digests[stored] = values[v];
+            widened[head + v * c.dim + ch] = values[v];
           } else {
             const auto r = v == 0 ? half_rounding::toward_minus : half_rounding::toward_plus;
-            digests[at + v * c.dim] = simd::float_to_half(values[v], F, r);
-            widened[at + v * c.dim] = simd::half_to_float(digests[at + v * c.dim], F);
+            digests[stored] = simd::float_to_half(values[v], F, r);
+            widened[head + v * c.dim + ch] = simd::half_to_float(digests[stored], F);
           }
         }
       }
@@ -208,6 +212,53 @@ TEST(DigestBoundKernels, WideningLoadsAreTheScalarConversionBitForBit) {
   }
 }
 
+template <class Elem>
+void check_layout(std::size_t dim) {
+  // Every channel's minimum and maximum get a place of their own among the head's 2 x dim values, a run's minima
+  // side by side and its maxima a run's width on; split_min_max undoes interleave_min_max.
+  constexpr std::size_t run = simd::digest_run<Elem>;
+  std::vector<int> seen(2 * dim, 0);
+  for (std::size_t c = 0; c < dim; ++c) {
+    const std::size_t lo = simd::digest_min_offset<Elem>(c), hi = simd::digest_max_offset<Elem>(c, dim);
+    ASSERT_LT(hi, 2 * dim) << "dim " << dim << " channel " << c;
+    ++seen[lo];
+    ++seen[hi];
+    ASSERT_EQ(lo / (2 * run), c / run) << "channel " << c << "'s minimum leaves its run";
+    if (c % run != 0) {
+      ASSERT_EQ(lo, simd::digest_min_offset<Elem>(c - 1) + 1);
+      ASSERT_EQ(hi, simd::digest_max_offset<Elem>(c - 1, dim) + 1);
+    }
+    ASSERT_EQ(hi - lo, std::min(run, dim - c / run * run)) << "dim " << dim << " channel " << c;
+  }
+  for (std::size_t i = 0; i < 2 * dim; ++i) ASSERT_EQ(seen[i], 1) << "dim " << dim << " offset " << i;
+  std::vector<Elem> lo(dim), hi(dim), stored(2 * dim), lo2(dim), hi2(dim);
+  for (std::size_t c = 0; c < dim; ++c) {
+    lo[c] = static_cast<Elem>(c + 1);
+    hi[c] = static_cast<Elem>(1000 + c);
+  }
+  simd::interleave_min_max(lo.data(), hi.data(), dim, stored.data());
+  simd::split_min_max(stored.data(), dim, lo2.data(), hi2.data());
+  EXPECT_EQ(lo2, lo);
+  EXPECT_EQ(hi2, hi);
+  EXPECT_EQ(stored[0], lo[0]);
+  EXPECT_EQ(stored[std::min(run, dim)], hi[0]);
+}
+
+TEST(DigestBoundKernels, TheDigestLayoutPutsEachRunsMinimaThenItsMaximaOnOneLine) {
+  static_assert(simd::digest_run<float> * sizeof(float) == 64 && simd::digest_run<std::uint16_t> * 2 == 64);
+  for (std::size_t dim : {1, 15, 16, 17, 32, 48, 64, 80, 100, 128, 250, 256}) {
+    check_layout<float>(dim);
+    check_layout<std::uint16_t>(dim);
+  }
+  // fp32, head dim 128: [lo 0-15 | hi 0-15 | lo 16-31 | ...]; 16-bit, head dim 48: [lo 0-31 | hi 0-31 | lo 32-47 |
+  // hi 32-47].
+  EXPECT_EQ(simd::digest_max_offset<float>(0, 128), 16u);
+  EXPECT_EQ(simd::digest_min_offset<float>(16), 32u);
+  EXPECT_EQ(simd::digest_max_offset<std::uint16_t>(31, 48), 63u);
+  EXPECT_EQ(simd::digest_min_offset<std::uint16_t>(32), 64u);
+  EXPECT_EQ(simd::digest_max_offset<std::uint16_t>(32, 48), 80u);
+}
+
 TEST(DigestBoundKernels, TheMinMaxBoundIsAnUpperBoundOfEveryKeysLogit) {
   // Keys drawn per page, digested, narrowed to f16: every token's exact logit is below its page's bound.
   std::mt19937 rng(3);
@@ -216,17 +267,19 @@ TEST(DigestBoundKernels, TheMinMaxBoundIsAnUpperBoundOfEveryKeysLogit) {
   std::vector<float> keys(pages * T * D), query(D);
   for (auto& k : keys) k = normal(rng);
   for (auto& q : query) q = normal(rng);
-  std::vector<std::uint16_t> digests(pages * 2 * D);
-  for (std::size_t p = 0; p < pages; ++p)
+  std::vector<std::uint16_t> digests(pages * 2 * D), lo(D), hi(D);
+  for (std::size_t p = 0; p < pages; ++p) {
     for (std::size_t c = 0; c < D; ++c) {
-      float lo = keys[p * T * D + c], hi = lo;
+      float min = keys[p * T * D + c], max = min;
       for (std::size_t t = 1; t < T; ++t) {
-        lo = std::min(lo, keys[(p * T + t) * D + c]);
-        hi = std::max(hi, keys[(p * T + t) * D + c]);
+        min = std::min(min, keys[(p * T + t) * D + c]);
+        max = std::max(max, keys[(p * T + t) * D + c]);
       }
-      digests[p * 2 * D + c] = simd::float_to_half(lo, half_format::f16, half_rounding::toward_minus);
-      digests[p * 2 * D + D + c] = simd::float_to_half(hi, half_format::f16, half_rounding::toward_plus);
+      lo[c] = simd::float_to_half(min, half_format::f16, half_rounding::toward_minus);
+      hi[c] = simd::float_to_half(max, half_format::f16, half_rounding::toward_plus);
     }
+    simd::interleave_min_max(lo.data(), hi.data(), D, digests.data() + p * 2 * D);
+  }
   std::vector<float> prepared(D), out(pages);
   simd::prepare_digest_query(query.data(), 1, D, 1.0f, prepared.data());
   simd::digest_bounds<simd::native_isa, std::uint16_t, half_format::f16>(

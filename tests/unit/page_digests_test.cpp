@@ -2,6 +2,8 @@
 // rounding, errors that change nothing, digests leaving with their pages, the attention-free observation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -303,6 +305,77 @@ TEST(SequenceDigests, DigestsAreInTheSequenceDigestAndItsGeneration) {
   EXPECT_GT(a.generation(), generation);  // a plan made before is stale; an incremental snapshot saves it again
   b.set_page_keys(0, iota_values(32, 0, 0.1f));
   EXPECT_EQ(a.digest(), b.digest());
+}
+
+// The little-endian bytes of values (floats, or the 16-bit patterns of f16) as a snapshot encodes them.
+template <class Elem>
+std::vector<std::byte> encoded(const std::vector<Elem>& values) {
+  std::vector<std::byte> bytes(values.size() * sizeof(Elem));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    std::uint32_t bits = 0;
+    if constexpr (sizeof(Elem) == 4)
+      bits = std::bit_cast<std::uint32_t>(values[i]);
+    else
+      bits = values[i];
+    for (std::size_t b = 0; b < sizeof(Elem); ++b) bytes[i * sizeof(Elem) + b] = std::byte((bits >> (8 * b)) & 0xff);
+  }
+  return bytes;
+}
+
+template <class Elem>
+void check_stored_layout(digest_storage storage) {
+  // Head dim 40: fp32 runs of 16, 16 and 8 channels, 16-bit runs of 32 and 8, so the kernels' layout differs from
+  // minima-then-maxima in every run. Integers below 2048: exact in f16, whatever the rounding.
+  const std::size_t D = 40;
+  sequence a(sequence_config());
+  a.enable_digests({.kv_heads = 2, .head_dim = D, .query_heads = 2, .storage = storage});
+  a.append(regions::user, 8);
+  const auto lo = iota_values(2 * D, 100), hi = iota_values(2 * D, 300);
+  a.set_page_digest(1, lo, hi);
+  const page_digests& d = a.digests();
+  auto stored_value = [&](std::size_t i) -> Elem {
+    if constexpr (sizeof(Elem) == 4)
+      return d.raw_f32()[i];
+    else
+      return d.raw_half()[i];
+  };
+  auto as_elem = [](float x) -> Elem {
+    if constexpr (sizeof(Elem) == 4)
+      return x;
+    else
+      return simd::float_to_half(x, half_format::f16);
+  };
+  const std::size_t page = d.layout().values_per_page();
+  std::vector<Elem> head_in_memory(2 * D), head_in_snapshot(2 * D);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t c = 0; c < D; ++c) {
+      ASSERT_EQ(stored_value(page + h * 2 * D + simd::digest_min_offset<Elem>(c)), as_elem(lo[h * D + c]));
+      ASSERT_EQ(stored_value(page + h * 2 * D + simd::digest_max_offset<Elem>(c, D)), as_elem(hi[h * D + c]));
+    }
+  EXPECT_EQ(d.stored(1, 0), lo);
+  EXPECT_EQ(d.stored(1, 1), hi);
+  for (std::size_t i = 0; i < 2 * D; ++i) {
+    head_in_memory[i] = stored_value(page + i);
+    head_in_snapshot[i] = as_elem(i < D ? lo[i] : hi[i - D]);
+  }
+  // The snapshot holds head 0 of page 1 as its minima then its maxima (docs/snapshot-format.md), not as stored.
+  const auto bytes = snapshot::save(a);
+  const auto canonical = encoded(head_in_snapshot), in_memory = encoded(head_in_memory);
+  EXPECT_NE(std::search(bytes.begin(), bytes.end(), canonical.begin(), canonical.end()), bytes.end());
+  EXPECT_EQ(std::search(bytes.begin(), bytes.end(), in_memory.begin(), in_memory.end()), bytes.end());
+  sequence fresh(sequence_config());
+  snapshot::load(fresh, bytes);
+  EXPECT_EQ(fresh.digest(), a.digest());
+  EXPECT_EQ(fresh.digests().stored(1, 1), hi);
+  std::vector<float> q = iota_values(2 * D, -4, 0.2f), x(2 * 2), y(2 * 2);
+  fresh.query_page_bounds(q, x);
+  a.query_page_bounds(q, y);
+  EXPECT_EQ(x, y);
+}
+
+TEST(PageDigests, MinMaxHeadsAreStoredInTheKernelsLayoutAndSnapshotMinimaFirst) {
+  check_stored_layout<float>(digest_storage::f32);
+  check_stored_layout<std::uint16_t>(digest_storage::f16);
 }
 
 TEST(SequenceDigests, SnapshotsHoldTheDigestsBitForBit) {

@@ -264,16 +264,18 @@ class page_digests {
     const std::size_t D = layout_.head_dim;
     for (std::size_t h = 0; h < layout_.kv_heads; ++h)
       for (std::size_t c = 0; c < D; ++c)
-        out[h * D + c] = value_at(page * layout_.values_per_page() + (h * V + vector) * D + c);
+        out[h * D + c] = value_at(page * layout_.values_per_page() + h * V * D + offset_in_head(vector, c));
     return out;
   }
-  /// The raw stored values of every page (f32: floats; f16/bf16: the 16-bit patterns), page after page.
+  /// The raw stored values of every page (f32: floats; f16/bf16: the 16-bit patterns), page after page, a KV
+  /// head's min/max values in the kernels' layout (simd::interleave_min_max; stored() gives them in channel order).
   [[nodiscard]] std::span<const float> raw_f32() const noexcept { return f32_; }
   [[nodiscard]] std::span<const std::uint16_t> raw_half() const noexcept { return half_; }
   [[nodiscard]] std::span<const std::uint8_t> presence() const noexcept { return present_; }
 
-  /// Digests from their stored form (a snapshot's; io/snapshot.hpp checks the values first): a presence byte per
-  /// page and the raw values of layout.storage. input_error unless the lengths fit the layout.
+  /// Digests from their stored form (io/snapshot.hpp checks the values first and puts them in the kernels' layout):
+  /// a presence byte per page and the raw values of layout.storage, as raw_f32/raw_half give them. input_error
+  /// unless the lengths fit the layout.
   [[nodiscard]] static page_digests restore(const digest_layout& layout, std::vector<std::uint8_t> presence,
                                             f32_values f32, half_values half) {
     page_digests d(layout);
@@ -368,7 +370,16 @@ class page_digests {
   [[nodiscard]] float value_at(std::size_t i) const noexcept {
     return layout_.storage == digest_storage::f32 ? f32_[i] : simd::half_to_float(half_[i], format());
   }
-  // Writes checked vectors (a = lo or mean, b = hi) into page `page`, head after head: [lo | hi] per head.
+  // Where vector v's (0: lo or mean, 1: hi) channel c sits among a KV head's stored values: min/max heads in the
+  // kernels' layout (simd::digest_min_offset: the channels in runs of 64 bytes, a run's minima then its maxima).
+  [[nodiscard]] std::size_t offset_in_head(std::size_t v, std::size_t c) const noexcept {
+    if (layout_.kind == digest_kind::mean_key) return c;
+    const std::size_t D = layout_.head_dim;
+    if (layout_.storage == digest_storage::f32)
+      return v == 0 ? simd::digest_min_offset<float>(c) : simd::digest_max_offset<float>(c, D);
+    return v == 0 ? simd::digest_min_offset<std::uint16_t>(c) : simd::digest_max_offset<std::uint16_t>(c, D);
+  }
+  // Writes checked vectors (a = lo or mean, b = hi) into page `page`, head after head, in the kernels' layout.
   void write(std::size_t page, std::span<const float> a, std::span<const float> b) noexcept {
     const std::size_t V = simd::vectors_per_head(layout_.kind), D = layout_.head_dim;
     const std::size_t base = page * layout_.values_per_page();
@@ -378,7 +389,7 @@ class page_digests {
         const half_rounding r =
             V == 1 ? half_rounding::nearest_even : (v == 0 ? half_rounding::toward_minus : half_rounding::toward_plus);
         for (std::size_t c = 0; c < D; ++c) {
-          const std::size_t at = base + (h * V + v) * D + c;
+          const std::size_t at = base + h * V * D + offset_in_head(v, c);
           if (layout_.storage == digest_storage::f32)
             f32_[at] = src[h * D + c];
           else

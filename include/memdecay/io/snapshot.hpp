@@ -437,9 +437,33 @@ struct snapshot_access {
     w.put(static_cast<std::uint64_t>(d.num_pages()));
     w.put_array(d.presence());
     if (l.storage == digest_storage::f32)
-      w.put_array(d.raw_f32());
+      put_digest_values(w, l, d.raw_f32());
     else
-      w.put_array(d.raw_half());
+      put_digest_values(w, l, d.raw_half());
+  }
+  // The stored values in the format's order: a min/max head's minima then its maxima (page_digests keeps them in
+  // the kernels' layout, simd::interleave_min_max), a mean-key digest as stored.
+  template <class Elem>
+  static void put_digest_values(snapshot_writer& w, const digest_layout& l, std::span<const Elem> values) {
+    if (l.kind != digest_kind::min_max) return w.put_array(values);
+    const std::size_t D = l.head_dim;
+    std::vector<Elem> head(2 * D);
+    for (std::size_t at = 0; at < values.size(); at += 2 * D) {
+      simd::split_min_max(values.data() + at, D, head.data(), head.data() + D);
+      w.put_array(std::span<const Elem>(head));
+    }
+  }
+  // The inverse, in place: a min/max head's minima then maxima into the kernels' layout.
+  template <class Values>
+  static void interleave_digest_values(const digest_layout& l, Values& values) {
+    using Elem = typename Values::value_type;
+    if (l.kind != digest_kind::min_max) return;
+    const std::size_t D = l.head_dim;
+    std::vector<Elem> head(2 * D);
+    for (std::size_t at = 0; at < values.size(); at += 2 * D) {
+      std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(at), 2 * D, head.begin());
+      simd::interleave_min_max(head.data(), head.data() + D, D, values.data() + at);
+    }
   }
   // --- the host-tier section (format 3; docs/snapshot-format.md) ---
   template <class Seq>
@@ -570,6 +594,8 @@ struct snapshot_access {
             raise_input("snapshot digest values at offset " + to_text(values_at + (block * 2 * D + c) * elem) +
                         ": page " + to_text(block / l.kv_heads) + " head " + to_text(block % l.kv_heads) + " channel " +
                         to_text(c) + " has its minimum above its maximum");
+    interleave_digest_values(l, f32);
+    interleave_digest_values(l, half);
     out = page_digests::restore(l, std::move(presence), std::move(f32), std::move(half));
   }
 

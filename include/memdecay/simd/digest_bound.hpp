@@ -44,6 +44,50 @@ enum class digest_kind : std::uint8_t {
   return k == digest_kind::min_max ? 2 : 1;
 }
 
+/// How a KV head's min/max digest lies in memory: its channels in runs of 64 bytes (digest_run: 16 fp32 or 32
+/// fp16/bf16 values), each run's minima followed by the same channels' maxima, a last shorter run likewise:
+///
+///     [lo_0 .. lo_15 | hi_0 .. hi_15 | lo_16 .. lo_31 | hi_16 .. hi_31 | ...]   (fp32)
+///
+/// The kernels read a channel vector's lo and hi together, so in this order they walk a head's bytes one cache
+/// line after the next, where with every minimum before every maximum they read two streams head_dim values
+/// apart. From DRAM that made fp32 1.05-1.25x faster (4 passes of the committed bench, Zen 5, one core;
+/// 16-bit digests within the noise; docs/tiers.md). A mean-key digest is its head_dim values in channel order.
+/// interleave_min_max and split_min_max convert from and to minima-then-maxima (what engines compute, what
+/// page_digests::set_min_max takes and what snapshots hold).
+template <class Elem>
+inline constexpr std::size_t digest_run = 64 / sizeof(Elem);
+
+/// Where channel c's minimum sits among a KV head's 2 x dim min/max values of Elem.
+template <class Elem>
+[[nodiscard]] constexpr std::size_t digest_min_offset(std::size_t c) noexcept {
+  constexpr std::size_t run = digest_run<Elem>;
+  return c / run * 2 * run + c % run;
+}
+/// Where channel c's maximum sits: its run's width (digest_run, less in a last shorter run) past its minimum.
+template <class Elem>
+[[nodiscard]] constexpr std::size_t digest_max_offset(std::size_t c, std::size_t dim) noexcept {
+  constexpr std::size_t run = digest_run<Elem>;
+  return digest_min_offset<Elem>(c) + std::min(run, dim - c / run * run);
+}
+
+/// One KV head's minima and maxima (dim values each, in channel order) into the digest layout: out has 2 x dim.
+template <class Elem>
+constexpr void interleave_min_max(const Elem* lo, const Elem* hi, std::size_t dim, Elem* out) noexcept {
+  for (std::size_t c = 0; c < dim; ++c) {
+    out[digest_min_offset<Elem>(c)] = lo[c];
+    out[digest_max_offset<Elem>(c, dim)] = hi[c];
+  }
+}
+/// The inverse: one KV head's 2 x dim digest values back to its minima and maxima in channel order.
+template <class Elem>
+constexpr void split_min_max(const Elem* digest, std::size_t dim, Elem* lo, Elem* hi) noexcept {
+  for (std::size_t c = 0; c < dim; ++c) {
+    lo[c] = digest[digest_min_offset<Elem>(c)];
+    hi[c] = digest[digest_max_offset<Elem>(c, dim)];
+  }
+}
+
 /// The reference bound of one page and head, in double: scale x sum_c max(q_c lo_c, q_c hi_c) (min_max) or
 /// scale x sum_c q_c m_c (mean_key, `hi` unused). `lo`, `hi` are already widened to float.
 [[nodiscard]] inline double digest_bound_reference(const float* q, const float* lo, const float* hi, std::size_t dim,
@@ -80,7 +124,8 @@ inline void prepare_digest_query(const float* query, std::size_t query_heads, st
 [[nodiscard]] inline float positive_part(float q) noexcept { return q > 0.0f ? q : 0.0f; }
 [[nodiscard]] inline float negative_part(float q) noexcept { return q < 0.0f ? q : 0.0f; }
 
-/// The shape of a digest array: pages x kv_heads x vectors_per_head(kind) x dim elements, page after page.
+/// The shape of a digest array: pages x kv_heads x vectors_per_head(kind) x dim elements, page after page, a KV
+/// head's min/max values in the digest layout (digest_min_offset / digest_max_offset).
 struct digest_shape {
   std::size_t kv_heads = 0;
   std::size_t query_heads = 0;  ///< a multiple of kv_heads
@@ -170,25 +215,27 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
   constexpr std::size_t L = P::lanes;
   auto a0 = P::zero(), a1 = P::zero(), a2 = P::zero(), a3 = P::zero();
   std::size_t c = 0;
+  static_assert(digest_run<Elem> % L == 0, "a channel vector must lie in one run of the digest layout");
   if constexpr (Kind == digest_kind::min_max) {
-    const Elem* lo = digest;
-    const Elem* hi = digest + dim;
+    // A vector of L channels (L divides digest_run) lies in one run, its minima and its maxima each side by side.
+    const auto lo = [&](std::size_t ch) { return digest + digest_min_offset<Elem>(ch); };
+    const auto hi = [&](std::size_t ch) { return digest + digest_max_offset<Elem>(ch, dim); };
     for (; c + 2 * L <= dim; c += 2 * L) {  // two independent chains per term hide the fma latency
       const auto q0 = P::load(q + c), q1 = P::load(q + c + L);
-      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi + c), a0);
-      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo + c), a1);
-      a2 = P::fma(positive_part<A>(q1), load_digest<A, Elem, F>(hi + c + L), a2);
-      a3 = P::fma(negative_part<A>(q1), load_digest<A, Elem, F>(lo + c + L), a3);
+      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi(c)), a0);
+      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo(c)), a1);
+      a2 = P::fma(positive_part<A>(q1), load_digest<A, Elem, F>(hi(c + L)), a2);
+      a3 = P::fma(negative_part<A>(q1), load_digest<A, Elem, F>(lo(c + L)), a3);
     }
     for (; c + L <= dim; c += L) {
       const auto q0 = P::load(q + c);
-      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi + c), a0);
-      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo + c), a1);
+      a0 = P::fma(positive_part<A>(q0), load_digest<A, Elem, F>(hi(c)), a0);
+      a1 = P::fma(negative_part<A>(q0), load_digest<A, Elem, F>(lo(c)), a1);
     }
     float sum = P::reduce_add(P::add(P::add(a0, a1), P::add(a2, a3)));
     for (; c < dim; ++c)
-      sum = std::fma(simd::positive_part(q[c]), digest_value<Elem, F>(hi + c),
-                     std::fma(simd::negative_part(q[c]), digest_value<Elem, F>(lo + c), sum));
+      sum = std::fma(simd::positive_part(q[c]), digest_value<Elem, F>(hi(c)),
+                     std::fma(simd::negative_part(q[c]), digest_value<Elem, F>(lo(c)), sum));
     return sum;
   } else {
     for (; c + 2 * L <= dim; c += 2 * L) {
@@ -214,6 +261,7 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
   const std::size_t dim = Dim != 0 ? Dim : head_dim;
   using P = packet<float, A>;
   constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
+  static_assert(digest_run<Elem> % L == 0, "a channel vector must lie in one run of the digest layout");
   // Where the block's accumulators, the group's query and a page's digest values all fit in the isa's registers,
   // pin the loaded values (in_register): otherwise GCC folds each load into every FMA that reads it, every FMA
   // reads both operands from memory, and the loads bound the kernel (AVX-512, G = 4: 2.4x faster in cache with
@@ -255,7 +303,12 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
     for (std::size_t b = 0; b < PB; ++b) {
       const Elem* d = head0 + b * page_elems;
       if constexpr (Kind == digest_kind::min_max) {
-        auto lo = load_digest<A, Elem, F>(d + c), hi = load_digest<A, Elem, F>(d + dim + c);
+        // c is a multiple of L, which divides digest_run: the vector lies in one run. Where the head dim is a
+        // compile-time multiple of the run, every run is whole and hi is a run past lo.
+        constexpr std::size_t run = digest_run<Elem>;
+        const std::size_t width = Dim != 0 && Dim % run == 0 ? run : std::min(run, dim - c / run * run);
+        const Elem* at = d + digest_min_offset<Elem>(c);
+        auto lo = load_digest<A, Elem, F>(at), hi = load_digest<A, Elem, F>(at + width);
         if constexpr (pin) {
           in_register(lo);
           in_register(hi);
@@ -363,8 +416,8 @@ void digest_bounds_kind(const digest_shape& s, const Elem* digests, std::size_t 
 }  // namespace detail
 
 /// Bounds of `pages` pages of `digests` (pages x kv_heads x vectors x dim elements of Elem: float, or uint16_t in
-/// format F) for a prepared query (prepare_digest_query); query head j's bound of page p goes to
-/// out[j * layout.head_stride + p * layout.page_stride].
+/// format F; min/max heads in the digest layout, interleave_min_max) for a prepared query (prepare_digest_query);
+/// query head j's bound of page p goes to out[j * layout.head_stride + p * layout.page_stride].
 template <isa A = native_isa, class Elem, half_format F = half_format::f16>
 void digest_bounds(const digest_shape& s, const Elem* digests, std::size_t pages, const float* prepared, float* out,
                    bounds_layout layout) noexcept {
