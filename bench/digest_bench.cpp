@@ -11,6 +11,9 @@
 //   digest/scalar/<storage>/<pages>    the same kernel instantiated for isa::scalar: the plain loop
 //   digest/roofline/<storage>/<pages>  a read of the same digest bytes and nothing else (4 vector accumulators):
 //                                      the memory roofline the kernel is measured against
+//   digest/roofline_share/<storage>/<pages>/<G>  bounds_group and roofline run in turns in every iteration, each
+//                                      timed: the counter share = read time / kernel time, the kernel's share of
+//                                      the roofline with both measured over the same stretch of the run
 //   digest/block_order_roofline/<storage>/<pages>  the same read in the kernel's order (blocks of pages, a KV head's
 //                                      slice of each page of the block at a time): what that access order allows
 //   digest/tiled_prototype/<storage>/<pages>/<G>  a prototype, not the library: the kernel's register block for G
@@ -42,6 +45,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -326,6 +330,45 @@ void bounds_group(benchmark::State& st, md::digest_storage storage) {
   finish(st, w);
 }
 
+// bounds_group and the plain read of the same bytes in every iteration, each timed (in turns, so that neither
+// always finds the other's last lines in cache): share = read time / kernel time over the run. The two see the
+// same moments of the host, so the share does not move with the memory bandwidth a shared VM gets from one row to
+// the next, as bounds / roofline of separate rows does.
+void roofline_share(benchmark::State& st, md::digest_storage storage) {
+  auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
+  const auto heads = kv_heads * static_cast<std::size_t>(st.range(1));
+  const std::vector<float> prepared = prepared_query(heads);
+  md::page_digests::f32_values out(heads * w.pages);
+  using clock = std::chrono::steady_clock;
+  double kernel = 0, read = 0;
+  bool read_first = true;
+  for (auto _ : st) {
+    const auto time = [](auto&& f) {
+      const auto start = clock::now();
+      f();
+      return std::chrono::duration<double>(clock::now() - start).count();
+    };
+    const auto read_once = [&] { benchmark::DoNotOptimize(read_all(w)); };
+    const auto kernel_once = [&] {
+      run_bounds<md::simd::native_isa>(w, heads, prepared.data(), out.data(), md::simd::page_major(heads));
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    };
+    if (read_first) {
+      read += time(read_once);
+      kernel += time(kernel_once);
+    } else {
+      kernel += time(kernel_once);
+      read += time(read_once);
+    }
+    read_first = !read_first;
+  }
+  const auto n = static_cast<double>(st.iterations());
+  st.counters["share"] = read / kernel;
+  st.counters["kernel_ms"] = kernel / n * 1e3;
+  st.counters["read_ms"] = read / n * 1e3;
+}
+
 void roofline(benchmark::State& st, md::digest_storage storage) {
   auto& w = digests(storage, static_cast<std::size_t>(st.range(0)));
   for (auto _ : st) benchmark::DoNotOptimize(read_all(w));
@@ -483,6 +526,10 @@ const int registered = [] {
         ->Unit(benchmark::kMicrosecond);
     sizes(benchmark::RegisterBenchmark(("digest/roofline/" + s).c_str(),
                                        [storage](benchmark::State& st) { roofline(st, storage); }));
+    benchmark::RegisterBenchmark(("digest/roofline_share/" + s).c_str(),
+                                 [storage](benchmark::State& st) { roofline_share(st, storage); })
+        ->ArgsProduct({{1024, 262144}, {1, 2, 4, 8}})
+        ->Unit(benchmark::kMicrosecond);
     sizes(benchmark::RegisterBenchmark(("digest/block_order_roofline/" + s).c_str(),
                                        [storage](benchmark::State& st) { roofline_in_block_order(st, storage); }));
     benchmark::RegisterBenchmark(("digest/fma_roofline/" + s).c_str(),
