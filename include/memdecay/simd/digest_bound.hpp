@@ -249,6 +249,74 @@ MEMDECAY_SIMD_INLINE float head_bound(const float* q, const Elem* digest, std::s
   }
 }
 
+// Where a register block's accumulators, the group's query and a page's digest values all fit in the isa's
+// registers, the kernels pin the loaded values (in_register): otherwise GCC folds each load into every FMA that
+// reads it, every FMA reads both operands from memory, and the loads bound the kernel (AVX-512, G = 4: 2.4x faster
+// in cache with the pins, docs/tiers.md). Where they do not fit (AVX2's 16 registers), pinning spills: measured
+// slower (f16 in cache 1.2x) or no faster (A/B in one run), so AVX2 runs unpinned.
+template <isa A, digest_kind Kind, std::size_t G, std::size_t PB>
+inline constexpr bool digest_block_pinned = static_cast<int>(G* PB + vectors_per_head(Kind) * G +
+                                                             vectors_per_head(Kind)) <= vector_registers(A);
+
+// One channel step c of a register block (head_block): the prefetch of the later block's share of the step, the
+// group's query vectors split into q^+ and q^-, and each page's digest vectors into its G accumulators.
+template <isa A, class Elem, half_format F, digest_kind Kind, std::size_t G, std::size_t PB, std::size_t Dim>
+MEMDECAY_SIMD_INLINE void block_step(std::size_t c, const float* q, const Elem* head0, std::size_t page_elems,
+                                     std::size_t dim, const char* later, typename packet<float, A>::reg* acc) noexcept {
+  using P = packet<float, A>;
+  constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind);
+  constexpr bool pin = digest_block_pinned<A, Kind, G, PB>;
+  // The prefetch of a later block's slice (as many bytes from `later` as this block reads, PB x V x dim values),
+  // spread over the channel steps in address order: step_bytes per step, a fixed count of lines, a run of prefetch
+  // instructions. Counted at run time GCC had kept it a loop of its own per step (a compare and two jumps per line
+  // on top of the prefetch), and from DRAM the kernel ran 1.15-1.35x slower (fp32 and 16-bit, 4 query heads per
+  // KV head, Zen 5, docs/tiers.md).
+  constexpr std::size_t step_bytes = PB * V * L * sizeof(Elem);
+  if (later) {
+    const char* step = later + (c / L) * step_bytes;
+    if constexpr (step_bytes >= 64) {
+      MEMDECAY_SIMD_UNROLL
+      for (std::size_t off = 0; off < step_bytes; off += 64) prefetch(step + off);
+    } else if ((c / L) * step_bytes % 64 == 0) {
+      prefetch(step);  // a line every 64 / step_bytes steps
+    }
+  }
+  typename P::reg qa[G], qb[G];
+  MEMDECAY_SIMD_UNROLL
+  for (std::size_t g = 0; g < G; ++g) {
+    qa[g] = P::load(q + g * dim + c);
+    if constexpr (Kind == digest_kind::min_max) {
+      qb[g] = negative_part<A>(qa[g]);
+      qa[g] = positive_part<A>(qa[g]);
+      if constexpr (pin) in_register(qb[g]);
+    }
+    if constexpr (pin) in_register(qa[g]);
+  }
+  MEMDECAY_SIMD_UNROLL
+  for (std::size_t b = 0; b < PB; ++b) {
+    const Elem* d = head0 + b * page_elems;
+    if constexpr (Kind == digest_kind::min_max) {
+      // c is a multiple of L, which divides digest_run: the vector lies in one run. Where the head dim is a
+      // compile-time multiple of the run, every run is whole and hi is a run past lo.
+      constexpr std::size_t run = digest_run<Elem>;
+      const std::size_t width = Dim != 0 && Dim % run == 0 ? run : std::min(run, dim - c / run * run);
+      const Elem* at = d + digest_min_offset<Elem>(c);
+      auto lo = load_digest<A, Elem, F>(at), hi = load_digest<A, Elem, F>(at + width);
+      if constexpr (pin) {
+        in_register(lo);
+        in_register(hi);
+      }
+      MEMDECAY_SIMD_UNROLL
+      for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
+    } else {
+      auto m = load_digest<A, Elem, F>(d + c);
+      if constexpr (pin) in_register(m);
+      MEMDECAY_SIMD_UNROLL
+      for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], m, acc[b * G + g]);
+    }
+  }
+}
+
 // One KV head of pages [first, first + PB) against its G query heads: G x PB accumulators, one register each, so
 // every digest value is loaded once and used G times, every query value once per PB pages (and split into q^+ and
 // q^- in registers: 1/G + 1/(2 PB) loads per FMA instead of 1/G + 1/PB, 1.1-1.5x in one A/B run on AVX-512 and
@@ -260,68 +328,21 @@ MEMDECAY_SIMD_INLINE void head_block(const float* q, const Elem* head0, std::siz
                                      float* out, bounds_layout layout, const char* later = nullptr) noexcept {
   const std::size_t dim = Dim != 0 ? Dim : head_dim;
   using P = packet<float, A>;
-  constexpr std::size_t L = P::lanes, V = vectors_per_head(Kind), N = G * PB;
+  constexpr std::size_t L = P::lanes, N = G * PB;
   static_assert(digest_run<Elem> % L == 0, "a channel vector must lie in one run of the digest layout");
-  // Where the block's accumulators, the group's query and a page's digest values all fit in the isa's registers,
-  // pin the loaded values (in_register): otherwise GCC folds each load into every FMA that reads it, every FMA
-  // reads both operands from memory, and the loads bound the kernel (AVX-512, G = 4: 2.4x faster in cache with
-  // the pins, docs/tiers.md). Where they do not fit (AVX2's 16 registers), pinning spills: measured
-  // slower (f16 in cache 1.2x) or no faster (A/B in one run), so AVX2 runs unpinned.
-  constexpr bool pin = static_cast<int>(N + V * G + V) <= vector_registers(A);
   typename P::reg acc[N];
   MEMDECAY_SIMD_UNROLL
   for (auto& a : acc) a = P::zero();
-  // The prefetch of a later block's slice (as many bytes from `later` as this block reads, PB x V x dim values),
-  // spread over the channel steps in address order: step_bytes per step, a fixed count of lines, so that with
-  // the channel loop unrolled it is a run of prefetch instructions. GCC had kept it a loop of its own per step
-  // (a compare and two jumps per line on top of the prefetch), and from DRAM the kernel ran 1.15-1.35x slower
-  // (fp32 and 16-bit, 4 query heads per KV head, Zen 5, docs/tiers.md).
-  constexpr std::size_t step_bytes = PB * V * L * sizeof(Elem);
-  MEMDECAY_SIMD_UNROLL
-  for (std::size_t c = 0; c < dim; c += L) {
-    if (later) {
-      const char* step = later + (c / L) * step_bytes;
-      if constexpr (step_bytes >= 64) {
-        MEMDECAY_SIMD_UNROLL
-        for (std::size_t off = 0; off < step_bytes; off += 64) prefetch(step + off);
-      } else if ((c / L) * step_bytes % 64 == 0) {
-        prefetch(step);  // a line every 64 / step_bytes steps
-      }
-    }
-    typename P::reg qa[G], qb[G];
+  // A pinned block runs its channel steps unrolled (the prefetch a fixed run of instructions in each); an unpinned
+  // one (AVX2, 4 query heads per KV head) as a loop: unrolled, its folded loads made fp32 from DRAM 1.3-1.5x slower
+  // (the same VM, AVX2 code on the Zen 5 core, docs/tiers.md).
+  if constexpr (digest_block_pinned<A, Kind, G, PB>) {
     MEMDECAY_SIMD_UNROLL
-    for (std::size_t g = 0; g < G; ++g) {
-      qa[g] = P::load(q + g * dim + c);
-      if constexpr (Kind == digest_kind::min_max) {
-        qb[g] = negative_part<A>(qa[g]);
-        qa[g] = positive_part<A>(qa[g]);
-        if constexpr (pin) in_register(qb[g]);
-      }
-      if constexpr (pin) in_register(qa[g]);
-    }
-    MEMDECAY_SIMD_UNROLL
-    for (std::size_t b = 0; b < PB; ++b) {
-      const Elem* d = head0 + b * page_elems;
-      if constexpr (Kind == digest_kind::min_max) {
-        // c is a multiple of L, which divides digest_run: the vector lies in one run. Where the head dim is a
-        // compile-time multiple of the run, every run is whole and hi is a run past lo.
-        constexpr std::size_t run = digest_run<Elem>;
-        const std::size_t width = Dim != 0 && Dim % run == 0 ? run : std::min(run, dim - c / run * run);
-        const Elem* at = d + digest_min_offset<Elem>(c);
-        auto lo = load_digest<A, Elem, F>(at), hi = load_digest<A, Elem, F>(at + width);
-        if constexpr (pin) {
-          in_register(lo);
-          in_register(hi);
-        }
-        MEMDECAY_SIMD_UNROLL
-        for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], hi, P::fma(qb[g], lo, acc[b * G + g]));
-      } else {
-        auto m = load_digest<A, Elem, F>(d + c);
-        if constexpr (pin) in_register(m);
-        MEMDECAY_SIMD_UNROLL
-        for (std::size_t g = 0; g < G; ++g) acc[b * G + g] = P::fma(qa[g], m, acc[b * G + g]);
-      }
-    }
+    for (std::size_t c = 0; c < dim; c += L)
+      block_step<A, Elem, F, Kind, G, PB, Dim>(c, q, head0, page_elems, dim, later, acc);
+  } else {
+    for (std::size_t c = 0; c < dim; c += L)
+      block_step<A, Elem, F, Kind, G, PB, Dim>(c, q, head0, page_elems, dim, later, acc);
   }
   alignas(64) float sums[N];
   if constexpr (requires { P::has_transpose_sum; } && N == L) {
