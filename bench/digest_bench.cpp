@@ -193,11 +193,13 @@ struct proto {
     return t;
   }
 
-  // digest_bound.hpp's head_block over one tile, with its prefetch of the tile 4 blocks on spread over the steps.
+  // digest_bound.hpp's head_block over one tile, with its prefetch of the tile as many blocks on as the library's
+  // (digest_prefetch_blocks_ahead) spread over the steps.
   template <class Elem, md::half_format F>
   static void bounds(const Elem* tiles, std::size_t pages, const float* q_all, float* out) {
     constexpr bool pin = md::simd::detail::digest_block_pinned<md::simd::native_isa, md::digest_kind::min_max, G, PB>;
-    constexpr std::size_t ahead = 4, tile_bytes = head_tile * sizeof(Elem);
+    constexpr std::size_t ahead = md::simd::detail::digest_prefetch_blocks_ahead;
+    constexpr std::size_t tile_bytes = head_tile * sizeof(Elem);
     constexpr std::size_t per_step = (tile_bytes / steps + 63) / 64 * 64;
     for (std::size_t p = 0; p + PB <= pages; p += PB)
       for (std::size_t h = 0; h < kv_heads; ++h) {

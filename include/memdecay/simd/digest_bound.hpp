@@ -175,9 +175,16 @@ inline constexpr std::size_t digest_block_pages = std::min<std::size_t>(digest_b
 inline constexpr std::size_t digest_task_pages = 512;
 
 namespace detail {
+// A line of a later register block, asked for into L1 (locality 3: prefetcht0 on x86), two blocks ahead
+// (digest_prefetch_blocks_ahead, pages_in_blocks), so that the block's loads find their operands in L1, not L2.
+// Two blocks of 4 pages are 32 KiB of 16-bit or 64 KiB of f32 digests, about an L1 (48 KiB on Zen 5). Since a
+// min/max head is read in address order and the prefetch is a fixed run of instructions, that measured faster from
+// DRAM than the outer caches (locality 1) four blocks ahead: the share of the plain read in paired passes (4 query
+// heads per KV head, Zen 5, 10 passes, docs/tiers.md), medians f32 0.91 -> 0.93, f16 0.90 -> 0.99, bf16 0.90 -> 0.96.
+inline constexpr std::size_t digest_prefetch_blocks_ahead = 2;
 MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p, 0, 1);
+  __builtin_prefetch(p, 0, 3);
 #else
   (void)p;
 #endif
@@ -385,10 +392,10 @@ void pages_in_blocks(const digest_shape& s, const Elem* digests, std::size_t pag
     for (std::size_t h = 0; h < s.kv_heads; ++h) {
       // The block reads PB pages a page apart: more streams, each crossing 4 KiB pages, than the hardware
       // prefetcher follows, and while the FMAs run nothing asks for the next bytes. So each head's block also asks
-      // for one slice of the block `ahead` blocks on, a few lines per channel step, to the outer caches (locality
-      // 1). Measured A/B in one run (docs/tiers.md): from DRAM 1.4x (f32) and 1.3-1.4x (16-bit) over none; all
-      // prefetches at once, or to L1 (locality 3), were slower than none.
-      constexpr std::size_t ahead = 4;
+      // for one slice of the block `ahead` blocks on, a few lines per channel step (detail::prefetch: into L1).
+      // From DRAM, with no prefetch 4 query heads per KV head ran 1.3x (f32) and 1.7-1.8x (f16) slower (Zen 5,
+      // docs/tiers.md); all of a block's prefetches at once were slower than none.
+      constexpr std::size_t ahead = digest_prefetch_blocks_ahead;
       const std::size_t slice = PB * V * dim * sizeof(Elem);  // a KV head's share of PB pages' bytes
       const char* later = p + (ahead + 1) * PB <= pages
                               ? reinterpret_cast<const char*>(digests + (p + ahead * PB) * page_elems) + h * slice
