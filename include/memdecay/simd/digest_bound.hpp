@@ -179,8 +179,9 @@ namespace detail {
 // (digest_prefetch_blocks_ahead, pages_in_blocks), so that the block's loads find their operands in L1, not L2.
 // Two blocks of 4 pages are 32 KiB of 16-bit or 64 KiB of f32 digests, about an L1 (48 KiB on Zen 5). Since a
 // min/max head is read in address order and the prefetch is a fixed run of instructions, that measured faster from
-// DRAM than the outer caches (locality 1) four blocks ahead: the share of the plain read in paired passes (4 query
-// heads per KV head, Zen 5, 10 passes, docs/tiers.md), medians f32 0.91 -> 0.93, f16 0.90 -> 0.99, bf16 0.90 -> 0.96.
+// DRAM than the outer caches (locality 1) four blocks ahead (4 query heads per KV head, Zen 5, docs/tiers.md): the
+// kernel's median time f32 79.1 -> 76.2 ms, f16 38.3 -> 36.1, bf16 38.1 -> 35.6; its paired share of the plain read
+// (14 passes before, 17 after) f32 0.93 -> 0.93, f16 0.89 -> 0.99, bf16 0.90 -> 0.98.
 inline constexpr std::size_t digest_prefetch_blocks_ahead = 2;
 MEMDECAY_SIMD_INLINE void prefetch(const void* p) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
