@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_model as LM  # noqa: E402
 import model as M  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,7 +121,8 @@ def evaluate(m, episodes_file, naive=False):
     per = {}
     for ep in data["episodes"]:
         probes = [(p["at"], p["key"]) for p in ep["probes"]]
-        fn = probe_predictions_naive if naive else probe_predictions
+        fn = probe_predictions_naive if naive else (
+            LM.probe_predictions if m.config.get("arch") == "llama" else probe_predictions)
         pred = fn(m, ep["tokens"], probes, qt)
         for p, y in zip(ep["probes"], pred):
             r = per.setdefault(p["region"], [0, 0])
@@ -131,6 +133,13 @@ def evaluate(m, episodes_file, naive=False):
             "recall": total[0] / max(1, total[1]),
             "regions": {r: {"correct": per[r][0], "probes": per[r][1], "recall": per[r][0] / per[r][1]}
                         for r in REGIONS if r in per}}
+
+
+def load_any_model(path):
+    """The conv decoder (model.py) or the LLaMA-architecture one (llama_model.py), by the file's config."""
+    from safetensors_io import load
+    _, meta = load(path)
+    return (LM if json.loads(meta["config"]).get("arch") == "llama" else M).load_model(path)
 
 
 def main():
@@ -145,7 +154,7 @@ def main():
                     help="also: recall with 50%% of the other prefix tokens hidden, and with the fact hidden")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    m, _, name = M.load_model(a.model)
+    m, _, name = load_any_model(a.model)
     results = []
     for e in a.episodes:
         r = evaluate(m, e, a.naive)

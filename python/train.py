@@ -35,6 +35,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import episodes as E  # noqa: E402
 import evaluate_full_cache as EV  # noqa: E402
+import llama_model as LM  # noqa: E402
 import model as M  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -73,7 +74,7 @@ def held_out_acc(m, batches):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["small", "large", "tiny"], required=True)
+    ap.add_argument("--model", choices=["small", "large", "tiny", "llama-small", "llama-large"], required=True)
     ap.add_argument("--d-model", type=int)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--heads", type=int)
@@ -100,6 +101,8 @@ def main():
     ap.add_argument("--target-loss", type=float, default=0.05,
                     help="early stop also needs the last minute's mean answer loss (nats) at or below this")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--need-aligned-eval", action="store_true",
+                    help="the full-cache evaluations also ask the need-aligned files' probes")
     ap.add_argument("--out", help="output directory (default models/<model>)")
     ap.add_argument("--resume", help="continue from these weights (straight to stage 2; fresh optimizer); the "
                                      "log is appended to")
@@ -107,25 +110,30 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    size = dict(M.SIZES[a.model])
+    llama = a.model.startswith("llama-")
+    size = dict((LM if llama else M).SIZES[a.model])
     if a.d_model:
         size["d_model"] = a.d_model
     if a.layers:
         size["n_layers"] = a.layers
     if a.heads:
         size["n_heads"] = a.heads
-    cfg = M.make_config(E.VOCAB_SIZE, **size)
+    cfg = (LM if llama else M).make_config(E.VOCAB_SIZE, **size)
     cfg["rope_theta"] = a.rope_theta
-    m = M.TinyLM(cfg)
+    m = LM.LlamaLM(cfg) if llama else M.TinyLM(cfg)
     m.init_weights(a.seed)
     if a.resume:
-        prev, _, _ = M.load_model(a.resume)
+        prev, _, _ = (LM if llama else M).load_model(a.resume)
         if prev.config != cfg:
             raise SystemExit(f"--resume: config {prev.config} differs from {cfg}")
         m.load_state_dict(prev.state_dict())
     elif a.init == "circuit":
-        low = M.init_recall_circuit(m, a.seed, alpha2=a.alpha2)
-        print(f"recall-circuit init: low-frequency RoPE pairs {low}")
+        if llama:
+            info = LM.init_recall_circuit(m, a.seed)
+            print(f"recall-circuit init (previous-token + induction heads): {info}")
+        else:
+            low = M.init_recall_circuit(m, a.seed, alpha2=a.alpha2)
+            print(f"recall-circuit init: low-frequency RoPE pairs {low}")
     out = a.out or os.path.join(ROOT, "models", a.model)
     os.makedirs(out, exist_ok=True)
     logf = open(os.path.join(out, "train_log.txt"), "a" if a.resume else "w")
@@ -152,6 +160,9 @@ def main():
     val_short = [make_batch(450, 480, val_seed, 0, 8, 0.0, vrng, max_pos)]
     val_long = [make_batch(1700, 1760, val_seed, 1000, 2, 0.0, vrng, max_pos)]
     ep_files = [os.path.join(ROOT, "models/episodes-450.json"), os.path.join(ROOT, "models/episodes-1700.json")]
+    if a.need_aligned_eval:  # both families must reach the target (the need-aligned one holds the anchors)
+        ep_files += [os.path.join(ROOT, "models/episodes-need-450.json"),
+                     os.path.join(ROOT, "models/episodes-need-1700.json")]
     qtok = E.VOCAB_LAYOUT["query"]
 
     t0 = time.time()
@@ -184,7 +195,7 @@ def main():
             best = score
             best_info = {"step": step, "elapsed_s": round(time.time() - t0), "results": res,
                          "held_out_inline": {"450": vs, "1700": vl}}
-            M.save_model(m, os.path.join(out, "model.safetensors"), E.VOCAB_LAYOUT, a.model)
+            (LM if llama else M).save_model(m, os.path.join(out, "model.safetensors"), E.VOCAB_LAYOUT, a.model)
             log(f"saved checkpoint (min tier recall {100 * score:.1f}%)")
         return res, vs, vl
 
