@@ -342,7 +342,7 @@ run_result run_policy(const episode& ep, const schedule& sch, const episode_voca
   std::optional<Session> own;
   std::size_t start = 0;
   if (fork_from != nullptr && fork_from->snapshot[budget_index]) {
-    own.emplace(*fork_from->snapshot[budget_index]);
+    if constexpr (std::is_copy_constructible_v<Session>) own.emplace(*fork_from->snapshot[budget_index]);
     start = fork_from->fork_step[budget_index];
     for (std::size_t i = 0; i < start; ++i) {  // what the policy would have seen: no eviction before `start`
       const auto& st = sch.steps[i];
