@@ -2,11 +2,14 @@
 // The memdecay-eval engine (tools/eval/engine): the safetensors loader rejects malformed files with messages that
 // name the fault; the C++ forward matches the PyTorch fixtures (models/fixtures/logits-*.json); the paged
 // kv_session matches the dense reference for any chunking, after pages are removed through the block pool, and
-// its probes (answer()) leave it bit-identical.
+// its probes (answer()) leave it bit-identical. The LLaMA architecture (python/llama_model.py: no convolution,
+// grouped-query attention, SwiGLU) against its PyTorch fixture, and its sessions against the reference.
 //
 // Tolerances (float32 throughout, different summation orders):
 //   C++ reference vs PyTorch logits:      max |diff| <= 1e-3, argmax equal (unless PyTorch's top two are within
 //                                          1e-3 of each other); attention row <= 1e-5
+//   LLaMA-architecture model vs PyTorch:  max |diff| <= 1e-4 (reference and kv_session; measured 1.6e-5 on the
+//                                          untrained stand-in, printed by the test)
 //   kv_session vs C++ reference logits:   max |diff| <= 1e-4; layer mass <= 1e-5; each mass row sums to 1 +- 1e-5
 #include <gtest/gtest.h>
 
@@ -14,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -122,17 +126,22 @@ class eval_engine_loader : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(random_tiny)) << random_tiny;
-    bytes = read_bytes(random_tiny);
-    std::uint64_t n = 0;
-    std::memcpy(&n, bytes.data(), 8);
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-    data.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+    read_model(random_tiny);
     dir = fs::temp_directory_path() /
           ("memdecay_eval_engine_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir);
   }
   void TearDown() override { fs::remove_all(dir); }
+
+  // The file whose header and data section the test writes variants of.
+  void read_model(const fs::path& p) {
+    bytes = read_bytes(p);
+    std::uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    data.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+  }
 
   // Writes a file with header `h` (length field = its size unless `length` is given) followed by `d`.
   fs::path write(const json& h, const std::vector<char>& d, std::optional<std::uint64_t> length = {}) const {
@@ -264,6 +273,48 @@ TEST_F(eval_engine_loader, rejects_bad_metadata) {
   h = header;
   h["__metadata__"]["config"] = "{not json";
   expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"'config' is not valid JSON"});
+}
+
+// The architecture fields: "arch" (absent: conv), "mlp" (absent: the arch's), "n_kv_heads" (absent: n_heads).
+TEST_F(eval_engine_loader, reads_and_checks_the_architecture_fields) {
+  auto with = [&](const std::function<void(json&)>& edit) {
+    auto h = header;
+    auto c = config();
+    edit(c);
+    h["__metadata__"]["config"] = c.dump();
+    return write(h, data);
+  };
+  const auto& m = model_at(random_tiny);  // an old file: no arch, mlp or n_kv_heads
+  EXPECT_EQ(m.config().arch, memdecay_eval::model_arch::conv);
+  EXPECT_EQ(m.config().mlp, memdecay_eval::mlp_kind::gelu);
+  EXPECT_EQ(m.config().n_kv_heads, m.config().n_heads);
+  EXPECT_EQ(m.config().group_size(), 1);
+  EXPECT_NO_THROW(tiny_lm::load(with([](json& c) { c["arch"] = "conv"; })));
+  EXPECT_NO_THROW(tiny_lm::load(with([](json& c) { c["mlp"] = "gelu"; })));
+  EXPECT_NO_THROW(tiny_lm::load(with([](json& c) { c["n_kv_heads"] = c["n_heads"]; })));
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["arch"] = "gpt2"; })); },
+               {"model config", "field 'arch' = 'gpt2'", "conv, llama"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["arch"] = 1; })); }, {"field 'arch' is not a string"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["mlp"] = "relu"; })); },
+               {"model config", "field 'mlp' = 'relu'", "gelu, swiglu"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["n_kv_heads"] = 3; })); },
+               {"model config", "field 'n_kv_heads' = 3", "must divide n_heads = 4"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["n_kv_heads"] = 0; })); },
+               {"field 'n_kv_heads' = 0 (must be > 0)"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["n_kv_heads"] = "2"; })); },
+               {"field 'n_kv_heads' is not an integer"});
+  // The llama block has no convolution: this file's conv_kernel 3 is refused, and its conv tensors would be too.
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["arch"] = "llama"; })); },
+               {"field 'conv_kernel' = 3", "arch 'llama' has no convolution"});
+  expect_error(
+      [&] { (void)tiny_lm::load(with([](json& c) { c["arch"] = "llama", c["conv_kernel"] = 0, c["mlp"] = "gelu"; })); },
+      {"unexpected tensor 'layers.0.conv_"});
+  // The other MLP wants other tensors; grouped-query attention, narrower wk / wv.
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["mlp"] = "swiglu"; })); },
+               {"tensor 'layers.0.w_gate' is missing"});
+  const int d = config()["d_model"].get<int>();
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["n_kv_heads"] = 2; })); },
+               {"tensor 'layers.0.wk'", "expected [" + std::to_string(d / 2) + ", " + std::to_string(d) + "]"});
 }
 
 // --- the forward against PyTorch -----------------------------------------------------------------------------------
@@ -428,28 +479,31 @@ struct recorder {
   }
 };
 
+void check_chunked_appends(const tiny_lm& m) {
+  const auto tokens = episode_tokens(200);
+  const auto full = m.full_logits(tokens);
+  const std::size_t V = static_cast<std::size_t>(m.config().vocab);
+  for (std::size_t chunk : {1u, 7u, 32u})
+    for (std::size_t page : {1u, 16u}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + ", page " + std::to_string(page));
+      recorder rec(m, page, 256);
+      for (std::size_t i = 0; i < tokens.size(); i += chunk)
+        rec.append(std::span(tokens).subspan(i, std::min(chunk, tokens.size() - i)));
+      EXPECT_EQ(rec.session.appended_tokens(), tokens.size());
+      EXPECT_EQ(rec.session.resident_tokens(), tokens.size());
+      float worst = 0;
+      for (const auto& s : rec.steps)
+        for (std::size_t i = 0; i < V; ++i)
+          worst = std::max(worst, std::abs(s.result.last_logits[i] - full[(s.first + s.n - 1) * V + i]));
+      EXPECT_LE(worst, session_logit_tolerance);
+      rec.check(m);  // layer mass against the reference's attention, rows sum to 1
+    }
+}
+
 TEST(eval_engine_session, chunked_appends_match_full_logits) {
   for (const auto& fx : fixtures()) {
     SCOPED_TRACE(fx.name);
-    const auto& m = model_at(fx.model);
-    const auto tokens = episode_tokens(200);
-    const auto full = m.full_logits(tokens);
-    const std::size_t V = static_cast<std::size_t>(m.config().vocab);
-    for (std::size_t chunk : {1u, 7u, 32u})
-      for (std::size_t page : {1u, 16u}) {
-        SCOPED_TRACE("chunk " + std::to_string(chunk) + ", page " + std::to_string(page));
-        recorder rec(m, page, 256);
-        for (std::size_t i = 0; i < tokens.size(); i += chunk)
-          rec.append(std::span(tokens).subspan(i, std::min(chunk, tokens.size() - i)));
-        EXPECT_EQ(rec.session.appended_tokens(), tokens.size());
-        EXPECT_EQ(rec.session.resident_tokens(), tokens.size());
-        float worst = 0;
-        for (const auto& s : rec.steps)
-          for (std::size_t i = 0; i < V; ++i)
-            worst = std::max(worst, std::abs(s.result.last_logits[i] - full[(s.first + s.n - 1) * V + i]));
-        EXPECT_LE(worst, session_logit_tolerance);
-        rec.check(m);  // layer mass against the reference's attention, rows sum to 1
-      }
+    check_chunked_appends(model_at(fx.model));
   }
 }
 
@@ -482,41 +536,44 @@ TEST(eval_engine_session, layer_mass_matches_the_pytorch_attention_row) {
 }
 
 // Pages removed through the block pool: later steps attend over the survivors only, at their original positions.
+void check_page_removal(const tiny_lm& m) {
+  const auto tokens = episode_tokens(300);
+  for (std::size_t page : {1u, 4u, 16u}) {
+    SCOPED_TRACE("page " + std::to_string(page));
+    recorder rec(m, page, 160);
+    std::mt19937 rng(static_cast<unsigned>(page));
+    std::size_t removed = 0;
+    for (std::size_t i = 0; i < tokens.size();) {
+      const std::size_t n = std::min<std::size_t>((i / 40) % 2 ? 1 : 13, tokens.size() - i);
+      // Keep at most ~120 resident: remove random full pages (never the partial last one).
+      auto& pool = rec.session.table();
+      while (rec.session.resident_tokens() + n > 120) {
+        const std::size_t full = rec.session.resident_tokens() / page;
+        std::set<std::size_t> pick;
+        const std::size_t want = std::max<std::size_t>(1, 24 / page);
+        while (pick.size() < std::min(want, full))
+          pick.insert(std::uniform_int_distribution<std::size_t>(0, full - 1)(rng));
+        const std::vector<std::size_t> pages(pick.begin(), pick.end());
+        pool.remove_pages(rec.session.sequence(), pages);
+        removed += pages.size() * page;
+        ASSERT_TRUE(pool.consistent());
+      }
+      rec.append(std::span(tokens).subspan(i, n));
+      i += n;
+    }
+    EXPECT_GT(removed, 150u);
+    EXPECT_EQ(rec.session.resident_tokens() + removed, tokens.size());
+    const auto pos = rec.session.resident_positions();
+    EXPECT_TRUE(std::is_sorted(pos.begin(), pos.end()));
+    EXPECT_EQ(pos.back(), tokens.size() - 1);
+    rec.check(m);
+  }
+}
+
 TEST(eval_engine_session, attention_after_page_removal_matches_direct_computation) {
   for (const auto& fx : fixtures()) {
     SCOPED_TRACE(fx.name);
-    const auto& m = model_at(fx.model);
-    const auto tokens = episode_tokens(300);
-    for (std::size_t page : {1u, 4u, 16u}) {
-      SCOPED_TRACE("page " + std::to_string(page));
-      recorder rec(m, page, 160);
-      std::mt19937 rng(static_cast<unsigned>(page));
-      std::size_t removed = 0;
-      for (std::size_t i = 0; i < tokens.size();) {
-        const std::size_t n = std::min<std::size_t>((i / 40) % 2 ? 1 : 13, tokens.size() - i);
-        // Keep at most ~120 resident: remove random full pages (never the partial last one).
-        auto& pool = rec.session.table();
-        while (rec.session.resident_tokens() + n > 120) {
-          const std::size_t full = rec.session.resident_tokens() / page;
-          std::set<std::size_t> pick;
-          const std::size_t want = std::max<std::size_t>(1, 24 / page);
-          while (pick.size() < std::min(want, full))
-            pick.insert(std::uniform_int_distribution<std::size_t>(0, full - 1)(rng));
-          const std::vector<std::size_t> pages(pick.begin(), pick.end());
-          pool.remove_pages(rec.session.sequence(), pages);
-          removed += pages.size() * page;
-          ASSERT_TRUE(pool.consistent());
-        }
-        rec.append(std::span(tokens).subspan(i, n));
-        i += n;
-      }
-      EXPECT_GT(removed, 150u);
-      EXPECT_EQ(rec.session.resident_tokens() + removed, tokens.size());
-      const auto pos = rec.session.resident_positions();
-      EXPECT_TRUE(std::is_sorted(pos.begin(), pos.end()));
-      EXPECT_EQ(pos.back(), tokens.size() - 1);
-      rec.check(m);
-    }
+    check_page_removal(model_at(fx.model));
   }
 }
 
@@ -567,8 +624,7 @@ TEST(eval_engine_session, memdecay_commit_keeps_session_and_policy_in_step) {
 // The attention-free signal's inputs: the session's queries and page keys, stacked over layers. At page 1 with fp32
 // digests a page's bound is its token's logit, so for one-token steps the estimate is the measured attention: the
 // layer-summed row within float rounding (this also checks that queries and keys line up head for head).
-TEST(eval_engine_session, query_signal_at_page_one_is_the_measured_attention) {
-  const auto& m = model_at(random_tiny);
+void check_query_signal_at_page_one(const tiny_lm& m) {
   const auto tokens = episode_tokens(80);
   namespace md = memdecay;
   kv_session s(m, 1, 128);
@@ -599,12 +655,15 @@ TEST(eval_engine_session, query_signal_at_page_one_is_the_measured_attention) {
   }
 }
 
+TEST(eval_engine_session, query_signal_at_page_one_is_the_measured_attention) {
+  check_query_signal_at_page_one(model_at(random_tiny));
+}
+
 // A host tier on the engine's session: demoted blocks saved to a host store, recalled ones loaded into fresh blocks
 // at their place. The dense reference with each step's visibility checks every logit and attention row, so a
 // recalled page whose K/V or position came back wrong would show; the session's queries for a prompt are the ones
 // appending it would compute.
-TEST(eval_engine_session, host_tier_recall_restores_pages_the_reference_agrees) {
-  const auto& m = model_at(random_tiny);
+void check_host_tier_recall(const tiny_lm& m) {
   const auto tokens = episode_tokens(320);
   namespace md = memdecay;
   recorder rec(m, 16, 320);
@@ -662,40 +721,47 @@ TEST(eval_engine_session, host_tier_recall_restores_pages_the_reference_agrees) 
       ASSERT_NEAR(query[l * d + c], appended.layer_queries[l][d + c], 1e-4f) << "layer " << l << " channel " << c;
 }
 
+TEST(eval_engine_session, host_tier_recall_restores_pages_the_reference_agrees) {
+  check_host_tier_recall(model_at(random_tiny));
+}
+
+void check_answer_leaves_the_session_bit_identical(const tiny_lm& m) {
+  const auto tokens = episode_tokens(120);
+  const std::int32_t prompt[] = {m.vocab().query, m.vocab().key_first + 5};
+  kv_session probed(m, 16, 256), plain(m, 16, 256);
+  probed.append(std::span(tokens).first(80));
+  plain.append(std::span(tokens).first(80));
+  const auto answer = probed.answer(prompt, 3);
+  ASSERT_EQ(answer.size(), 3u);
+  EXPECT_EQ(probed.answer(prompt, 3), answer);  // repeatable
+  EXPECT_EQ(probed.appended_tokens(), 80u);
+  EXPECT_EQ(probed.resident_tokens(), 80u);
+  // Greedy decoding against the reference over the episode + prompt + answer so far.
+  std::vector<std::int32_t> ctx(tokens.begin(), tokens.begin() + 80);
+  ctx.insert(ctx.end(), std::begin(prompt), std::end(prompt));
+  const std::size_t V = static_cast<std::size_t>(m.config().vocab);
+  for (std::size_t i = 0; i < answer.size(); ++i) {
+    const auto full = m.full_logits(ctx);
+    const float* row = full.data() + (ctx.size() - 1) * V;
+    const auto best = std::max_element(row, row + V) - row;
+    EXPECT_EQ(answer[i], best) << "answer token " << i;
+    ctx.push_back(answer[i]);
+  }
+  // The episode continues exactly as if no probe had been asked (bitwise).
+  for (std::size_t i = 80; i < tokens.size(); i += 7) {
+    const auto chunk = std::span(tokens).subspan(i, std::min<std::size_t>(7, tokens.size() - i));
+    if (i == 94) (void)probed.answer(prompt, 2);
+    const auto a = probed.append(chunk);
+    const auto b = plain.append(chunk);
+    EXPECT_EQ(a.last_logits, b.last_logits);
+    EXPECT_EQ(a.layer_mass, b.layer_mass);
+  }
+}
+
 TEST(eval_engine_session, answer_leaves_the_session_bit_identical) {
   for (const auto& fx : fixtures()) {
     SCOPED_TRACE(fx.name);
-    const auto& m = model_at(fx.model);
-    const auto tokens = episode_tokens(120);
-    const std::int32_t prompt[] = {m.vocab().query, m.vocab().key_first + 5};
-    kv_session probed(m, 16, 256), plain(m, 16, 256);
-    probed.append(std::span(tokens).first(80));
-    plain.append(std::span(tokens).first(80));
-    const auto answer = probed.answer(prompt, 3);
-    ASSERT_EQ(answer.size(), 3u);
-    EXPECT_EQ(probed.answer(prompt, 3), answer);  // repeatable
-    EXPECT_EQ(probed.appended_tokens(), 80u);
-    EXPECT_EQ(probed.resident_tokens(), 80u);
-    // Greedy decoding against the reference over the episode + prompt + answer so far.
-    std::vector<std::int32_t> ctx(tokens.begin(), tokens.begin() + 80);
-    ctx.insert(ctx.end(), std::begin(prompt), std::end(prompt));
-    const std::size_t V = static_cast<std::size_t>(m.config().vocab);
-    for (std::size_t i = 0; i < answer.size(); ++i) {
-      const auto full = m.full_logits(ctx);
-      const float* row = full.data() + (ctx.size() - 1) * V;
-      const auto best = std::max_element(row, row + V) - row;
-      EXPECT_EQ(answer[i], best) << "answer token " << i;
-      ctx.push_back(answer[i]);
-    }
-    // The episode continues exactly as if no probe had been asked (bitwise).
-    for (std::size_t i = 80; i < tokens.size(); i += 7) {
-      const auto chunk = std::span(tokens).subspan(i, std::min<std::size_t>(7, tokens.size() - i));
-      if (i == 94) (void)probed.answer(prompt, 2);
-      const auto a = probed.append(chunk);
-      const auto b = plain.append(chunk);
-      EXPECT_EQ(a.last_logits, b.last_logits);
-      EXPECT_EQ(a.layer_mass, b.layer_mass);
-    }
+    check_answer_leaves_the_session_bit_identical(model_at(fx.model));
   }
 }
 
@@ -713,6 +779,307 @@ TEST(eval_engine_session, rejects_bad_input_and_overflow_unchanged) {
   expect_error([&] { kv_session(m, 12, 40); }, {"page_size 12 is not a power of two"});
   expect_error([&] { (void)s.answer({}, 1); }, {"empty prompt"});
   EXPECT_TRUE(s.answer(std::span(tokens).first(2), 0).empty());
+}
+
+// --- the LLaMA architecture (python/llama_model.py) ----------------------------------------------------------------
+
+// The committed LLaMA-architecture model and its PyTorch fixture (models/llama-small/model.safetensors,
+// models/fixtures/logits-llama-small.json: {"tokens": [n], "answer", "predicted", "logits": [n][vocab]}, PyTorch's
+// logits at every position of one causal forward; the last two tokens are a probe, query + key). The environment
+// variables MEMDECAY_TEST_LLAMA_MODEL and MEMDECAY_TEST_LLAMA_FIXTURE point the tests at other files in the same
+// formats (an untrained stand-in before the trained model is committed). Without the model file the tests skip;
+// with the model but not the fixture, the two PyTorch comparisons fail (they are committed together).
+constexpr float llama_logit_tolerance = 1e-4f;
+
+fs::path from_env(const char* name, const fs::path& otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? fs::path(v) : otherwise;
+}
+fs::path llama_model_path() {
+  return from_env("MEMDECAY_TEST_LLAMA_MODEL", source_dir / "models" / "llama-small" / "model.safetensors");
+}
+fs::path llama_fixture_path() {
+  return from_env("MEMDECAY_TEST_LLAMA_FIXTURE", fixture_dir / "logits-llama-small.json");
+}
+std::string no_llama_model() {
+  return "no LLaMA-architecture model at " + llama_model_path().string() +
+         " (not committed yet? MEMDECAY_TEST_LLAMA_MODEL / MEMDECAY_TEST_LLAMA_FIXTURE name other files)";
+}
+bool llama_model_too_heavy() { return too_heavy(model_at(llama_model_path())); }
+
+// A random LLaMA-architecture model with grouped-query attention (4 query heads on 1 kv head), in the random-tiny
+// vocabulary, written by this test and loaded once: the kv_session checks run on GQA even without the committed
+// model. Weights from mt19937's raw output (the same on every standard library).
+const tiny_lm& random_gqa_model() {
+  static const tiny_lm model = [] {
+    const int V = 512, d = 64, L = 2, H = 4, KV = 1, f = 128, hd = d / H;
+    const json cfg = {{"arch", "llama"},       {"vocab", V},       {"d_model", d},
+                      {"n_layers", L},         {"n_heads", H},     {"n_kv_heads", KV},
+                      {"conv_kernel", 0},      {"mlp", "swiglu"},  {"mlp_hidden", f},
+                      {"rope_theta", 10000.0}, {"norm_eps", 1e-5}, {"max_positions", 2048}};
+    std::uint64_t n = 0;
+    const auto tiny = read_bytes(random_tiny);
+    std::memcpy(&n, tiny.data(), 8);
+    const json tiny_header = json::parse(tiny.begin() + 8, tiny.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    json header = {{"__metadata__",
+                    {{"config", cfg.dump()},
+                     {"vocab_layout", tiny_header["__metadata__"]["vocab_layout"]},
+                     {"name", "random-gqa"}}}};
+    std::vector<float> values;
+    std::mt19937 rng(20240611u);
+    auto add = [&](const std::string& name, std::vector<int> shape, float scale, bool ones = false) {
+      const std::size_t first = values.size();
+      std::size_t count = 1;
+      for (int s : shape) count *= static_cast<std::size_t>(s);
+      for (std::size_t i = 0; i < count; ++i)
+        values.push_back(ones ? 1.0f + 0.1f * (static_cast<float>(rng()) / 4294967296.0f - 0.5f)
+                              : scale * (2.0f * static_cast<float>(rng()) / 4294967296.0f - 1.0f));
+      header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {first * 4, values.size() * 4}}};
+    };
+    const float u = std::sqrt(3.0f);  // uniform [-u, u] / sqrt(fan_in): unit variance per output
+    add("embed", {V, d}, 0.5f);
+    for (int l = 0; l < L; ++l) {
+      const std::string p = "layers." + std::to_string(l) + ".";
+      add(p + "norm1", {d}, 0, true);
+      add(p + "wq", {H * hd, d}, 2 * u / std::sqrt(float(d)));  // sharper attention than uniform
+      add(p + "wk", {KV * hd, d}, 2 * u / std::sqrt(float(d)));
+      add(p + "wv", {KV * hd, d}, u / std::sqrt(float(d)));
+      add(p + "wo", {d, H * hd}, u / std::sqrt(float(H * hd)));
+      add(p + "norm2", {d}, 0, true);
+      add(p + "w_gate", {f, d}, u / std::sqrt(float(d)));
+      add(p + "w_up", {f, d}, u / std::sqrt(float(d)));
+      add(p + "w_down", {d, f}, u / std::sqrt(float(f)));
+    }
+    add("norm_f", {d}, 0, true);
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    const fs::path path = fs::temp_directory_path() /
+                          ("memdecay_eval_engine_test_random_gqa_" +
+                           std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".safetensors");
+    {
+      std::ofstream out(path, std::ios::binary);
+      const std::uint64_t length = text.size();
+      out.write(reinterpret_cast<const char*>(&length), 8);
+      out.write(text.data(), static_cast<std::streamsize>(text.size()));
+      out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+    }
+    auto m = tiny_lm::load(path);
+    fs::remove(path);
+    return m;
+  }();
+  return model;
+}
+
+// What a GQA session reports: query heads everywhere, kv-head-wide storage, page_keys expanded to the query heads.
+void check_gqa_layout(const tiny_lm& m) {
+  const auto& c = m.config();
+  kv_session s(m, 16, 64);
+  const std::size_t L = s.layers(), H = s.heads(), KV = s.kv_heads(), hd = s.head_dim();
+  ASSERT_EQ(H, static_cast<std::size_t>(c.n_heads));
+  ASSERT_EQ(KV, static_cast<std::size_t>(c.n_kv_heads));
+  ASSERT_LT(KV, H) << "not a grouped-query model";
+  EXPECT_EQ(s.block_floats(), L * 2 * 16 * KV * hd);
+  const auto tokens = episode_tokens(40);
+  const auto r = s.append(tokens);
+  ASSERT_EQ(r.layer_queries.size(), L);
+  EXPECT_EQ(r.layer_queries[0].size(), tokens.size() * H * hd);
+  std::vector<float> keys, block(s.block_floats());
+  std::uint32_t first = 0;
+  for (std::size_t page = 0; page * 16 < tokens.size(); ++page) {
+    s.page_keys(page, keys);
+    const std::size_t n = std::min<std::size_t>(16, tokens.size() - page * 16);
+    ASSERT_EQ(keys.size(), n * L * H * hd);
+    s.save_block(s.table().block_table(s.sequence())[page], block, first);
+    EXPECT_EQ(first, page * 16);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t l = 0; l < L; ++l)
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < hd; ++i)  // block: [layer][K|V][slot][kv head][hd]
+            ASSERT_EQ(keys[((t * L + l) * H + h) * hd + i],
+                      block[((l * 2 + 0) * 16 + t) * KV * hd + (h / (H / KV)) * hd + i])
+                << "page " << page << " token " << t << " layer " << l << " head " << h;
+  }
+}
+
+TEST(eval_engine_llama, random_gqa_model_sessions_match_the_reference) {
+  const auto& m = random_gqa_model();
+  EXPECT_EQ(m.config().arch, memdecay_eval::model_arch::llama);
+  EXPECT_EQ(m.config().group_size(), 4);
+  check_gqa_layout(m);
+  check_chunked_appends(m);
+  check_page_removal(m);
+  check_answer_leaves_the_session_bit_identical(m);
+  check_query_signal_at_page_one(m);
+  check_host_tier_recall(m);
+}
+
+TEST(eval_engine_llama, loads_the_llama_model) {
+  if (!fs::exists(llama_model_path())) GTEST_SKIP() << no_llama_model();
+  const auto& m = model_at(llama_model_path());
+  const auto file = memdecay_eval::safetensors_file::read(llama_model_path());
+  const auto c = json::parse(file.metadata().at("config"));
+  EXPECT_EQ(c["arch"], "llama");
+  EXPECT_EQ(m.config().arch, memdecay_eval::model_arch::llama);
+  EXPECT_EQ(m.config().mlp, memdecay_eval::mlp_kind::swiglu);
+  EXPECT_FALSE(m.config().has_conv());
+  EXPECT_EQ(m.config().vocab, c["vocab"].get<int>());
+  EXPECT_EQ(m.config().d_model, c["d_model"].get<int>());
+  EXPECT_EQ(m.config().n_layers, c["n_layers"].get<int>());
+  EXPECT_EQ(m.config().n_heads, c["n_heads"].get<int>());
+  EXPECT_EQ(m.config().n_kv_heads, c["n_kv_heads"].get<int>());
+  EXPECT_EQ(m.config().conv_kernel, 0);
+  EXPECT_EQ(m.config().mlp_hidden, c["mlp_hidden"].get<int>());
+  EXPECT_FLOAT_EQ(m.config().rope_theta, c["rope_theta"].get<float>());
+  const auto hd = m.config().head_dim(), H = m.config().n_heads, KV = m.config().n_kv_heads;
+  ASSERT_FALSE(m.weights().layers.empty());
+  const auto& lw = m.weights().layers[0];
+  EXPECT_EQ(lw.wqkv.rows(), (H + 2 * KV) * hd);
+  EXPECT_EQ(lw.wqkv.cols(), m.config().d_model);
+  EXPECT_EQ(lw.w_gate.rows(), m.config().mlp_hidden);
+  EXPECT_EQ(lw.w_down.cols(), m.config().mlp_hidden);
+  EXPECT_EQ(lw.conv.size(), 0);
+  EXPECT_EQ(lw.w1.size(), 0);
+}
+
+// The reference forward against PyTorch's logits at every position of the fixture.
+TEST(eval_engine_llama, full_logits_match_pytorch) {
+  if (!fs::exists(llama_model_path())) GTEST_SKIP() << no_llama_model();
+  ASSERT_TRUE(fs::exists(llama_fixture_path()))
+      << "the LLaMA-architecture model is there but not its PyTorch fixture " << llama_fixture_path();
+  const auto& m = model_at(llama_model_path());
+  const auto j = read_json(llama_fixture_path());
+  const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
+  const auto expected = j["logits"].get<std::vector<std::vector<float>>>();
+  const std::size_t V = static_cast<std::size_t>(m.config().vocab);
+  ASSERT_EQ(expected.size(), tokens.size());
+  const auto logits = m.full_logits(tokens);
+  float worst = 0;
+  std::int32_t last_argmax = -1;
+  for (std::size_t t = 0; t < tokens.size(); ++t) {
+    ASSERT_EQ(expected[t].size(), V);
+    const float* row = logits.data() + t * V;
+    for (std::size_t i = 0; i < V; ++i) worst = std::max(worst, std::abs(row[i] - expected[t][i]));
+    const auto want =
+        static_cast<std::size_t>(std::max_element(expected[t].begin(), expected[t].end()) - expected[t].begin());
+    const auto got = static_cast<std::size_t>(std::max_element(row, row + V) - row);
+    if (got != want) {  // a near tie in PyTorch's own logits is the only excuse
+      EXPECT_LE(expected[t][want] - expected[t][got], llama_logit_tolerance) << "position " << t;
+    }
+    last_argmax = static_cast<std::int32_t>(got);
+  }
+  EXPECT_LE(worst, llama_logit_tolerance);
+  EXPECT_EQ(last_argmax, j["predicted"].get<std::int32_t>());
+  std::printf("[ %s ] max |C++ - PyTorch| logit difference %.2e over %zu positions x %zu logits (tolerance %.0e)\n",
+              m.name().c_str(), static_cast<double>(worst), tokens.size(), V,
+              static_cast<double>(llama_logit_tolerance));
+}
+
+// The full-cache kv_session over the fixture's tokens: its logits against PyTorch's (chunks of 7 tokens, so
+// prefill and the one-token steps both run), and the probe (the last two tokens, query + key) answered through
+// answer() with PyTorch's prediction.
+TEST(eval_engine_llama, full_cache_session_answers_the_probe) {
+  if (!fs::exists(llama_model_path())) GTEST_SKIP() << no_llama_model();
+  ASSERT_TRUE(fs::exists(llama_fixture_path()))
+      << "the LLaMA-architecture model is there but not its PyTorch fixture " << llama_fixture_path();
+  const auto& m = model_at(llama_model_path());
+  const auto j = read_json(llama_fixture_path());
+  const auto tokens = j["tokens"].get<std::vector<std::int32_t>>();
+  const auto expected = j["logits"].get<std::vector<std::vector<float>>>();
+  const auto predicted = j["predicted"].get<std::int32_t>();
+  const auto answer = j["answer"].get<std::int32_t>();
+  ASSERT_GE(tokens.size(), 3u);
+  ASSERT_EQ(tokens[tokens.size() - 2], m.vocab().query) << "the fixture's last two tokens are not a probe";
+  const std::size_t prefix = tokens.size() - 2;
+  for (std::size_t page : {1u, 16u}) {
+    SCOPED_TRACE("page " + std::to_string(page));
+    kv_session s(m, page, tokens.size());
+    float worst = 0;
+    auto compare = [&](const kv_session::step_result& r, std::size_t position) {
+      ASSERT_EQ(r.last_logits.size(), expected[position].size());
+      for (std::size_t i = 0; i < r.last_logits.size(); ++i)
+        worst = std::max(worst, std::abs(r.last_logits[i] - expected[position][i]));
+    };
+    for (std::size_t i = 0; i < prefix; i += 7) {
+      const std::size_t n = std::min<std::size_t>(7, prefix - i);
+      compare(s.append(std::span(tokens).subspan(i, n)), i + n - 1);
+    }
+    const auto got = s.answer(std::span(tokens).last(2), 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0], predicted) << "PyTorch predicts " << predicted << ", the fixture's answer is " << answer;
+    EXPECT_EQ(s.appended_tokens(), prefix);  // the probe left the session as it was
+    for (std::size_t i = prefix; i < tokens.size(); ++i) compare(s.append(std::span(tokens).subspan(i, 1)), i);
+    EXPECT_LE(worst, llama_logit_tolerance);
+    std::printf(
+        "[ %s, page %zu ] kv_session vs PyTorch: max logit difference %.2e; probe answered %d (PyTorch %d, "
+        "answer %d)\n",
+        m.name().c_str(), page, static_cast<double>(worst), got[0], predicted, answer);
+  }
+}
+
+// The paged session against the dense reference on the LLaMA model: chunking, page removal, probes, the
+// attention-free signal's queries and keys, the host tier.
+TEST(eval_engine_llama, sessions_match_the_reference) {
+  if (!fs::exists(llama_model_path())) GTEST_SKIP() << no_llama_model();
+  if (llama_model_too_heavy()) GTEST_SKIP() << "too slow under the sanitizers";
+  const auto& m = model_at(llama_model_path());
+  if (m.config().n_kv_heads < m.config().n_heads) check_gqa_layout(m);
+  check_chunked_appends(m);
+  check_page_removal(m);
+  check_answer_leaves_the_session_bit_identical(m);
+  check_query_signal_at_page_one(m);
+  check_host_tier_recall(m);
+}
+
+// The loader on the LLaMA file: its own tensors and fields, checked as the conv model's are.
+class eval_engine_llama_loader : public eval_engine_loader {
+ protected:
+  void SetUp() override {
+    eval_engine_loader::SetUp();
+    if (!fs::exists(llama_model_path())) GTEST_SKIP() << no_llama_model();
+    read_model(llama_model_path());
+  }
+};
+
+TEST_F(eval_engine_llama_loader, rejects_wrong_tensors_and_fields) {
+  EXPECT_NO_THROW(tiny_lm::load(write(header, data)));  // the round trip
+  const auto c0 = config();
+  const int d = c0["d_model"].get<int>(), H = c0["n_heads"].get<int>(), KV = c0["n_kv_heads"].get<int>();
+  const int hd = d / H, f = c0["mlp_hidden"].get<int>();
+  auto h = header;
+  h.erase("layers.1.w_up");
+  expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"tensor 'layers.1.w_up' is missing"});
+  h = header;
+  h["layers.0.wk"]["shape"] = json::array({KV * hd / 2, 2 * d});  // same byte count
+  expect_error([&] { (void)tiny_lm::load(write(h, data)); },
+               {"tensor 'layers.0.wk'", "expected [" + std::to_string(KV * hd) + ", " + std::to_string(d) + "]"});
+  h = header;
+  h["layers.0.w_down"]["shape"] = json::array({f, d});  // transposed
+  expect_error([&] { (void)tiny_lm::load(write(h, data)); },
+               {"tensor 'layers.0.w_down'", "expected [" + std::to_string(d) + ", " + std::to_string(f) + "]"});
+  h = header;
+  h["layers.0.conv_bias"] = h["norm_f"];
+  h["layers.0.conv_bias"]["data_offsets"] = json::array({data.size(), data.size()});
+  h["layers.0.conv_bias"]["shape"] = json::array({0});
+  expect_error([&] { (void)tiny_lm::load(write(h, data)); }, {"unexpected tensor 'layers.0.conv_bias'"});
+  auto with = [&](const std::function<void(json&)>& edit) {
+    auto hh = header;
+    auto c = config();
+    edit(c);
+    hh["__metadata__"]["config"] = c.dump();
+    return write(hh, data);
+  };
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["arch"] = "mistral"; })); },
+               {"field 'arch' = 'mistral'"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["mlp"] = "geglu"; })); }, {"field 'mlp' = 'geglu'"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["n_kv_heads"] = 3; })); },
+               {"field 'n_kv_heads' = 3", "must divide n_heads"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["conv_kernel"] = 3; })); },
+               {"field 'conv_kernel' = 3", "must be 0"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c["mlp"] = "gelu"; })); },
+               {"tensor 'layers.0.w1' is missing"});
+  expect_error([&] { (void)tiny_lm::load(with([](json& c) { c.erase("n_kv_heads"); })); },  // then n_heads wide
+               {"tensor 'layers.0.wk'", "expected [" + std::to_string(d) + ", " + std::to_string(d) + "]"});
+  EXPECT_NO_THROW(tiny_lm::load(with([](json& c) { c.erase("conv_kernel"); })));  // optional for llama
 }
 
 }  // namespace

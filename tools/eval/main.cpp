@@ -36,8 +36,9 @@ struct tiny_lm_engine {
   static std::size_t layers(const model_type& m) { return static_cast<std::size_t>(m.config().n_layers); }
   static nlohmann::ordered_json describe(const model_type& m) {
     const auto& c = m.config();
-    return {{"vocab", c.vocab},         {"d_model", c.d_model},         {"n_layers", c.n_layers},
-            {"n_heads", c.n_heads},     {"conv_kernel", c.conv_kernel}, {"mlp_hidden", c.mlp_hidden}};
+    return {{"arch", ev::to_string(c.arch)}, {"vocab", c.vocab},          {"d_model", c.d_model},
+            {"n_layers", c.n_layers},        {"n_heads", c.n_heads},      {"n_kv_heads", c.n_kv_heads},
+            {"conv_kernel", c.conv_kernel},  {"mlp_hidden", c.mlp_hidden}};
   }
   static ev::session_factory<session_type> factory(const model_type& m) {
     const model_type* model = &m;

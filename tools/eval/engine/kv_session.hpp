@@ -7,7 +7,16 @@
 // them through the pool's block table on every step, so after `policy.commit(plan, table(), sequence())` has
 // removed pages it attends over exactly the surviving tokens, at their original positions, in block-table order.
 // The convolution state (the last k-1 normed inputs per layer) lives outside the cache: the convolution always
-// sees the true previous tokens, evicted or not.
+// sees the true previous tokens, evicted or not (the llama architecture has none).
+//
+// Grouped-query attention (n_kv_heads < n_heads, the llama architecture): the pool stores the n_kv_heads key/value
+// heads only (a K or V row is n_kv_heads x head_dim wide; without GQA that is d_model, the layout the bundled models
+// always had), and query head j reads kv head j / (n_heads / n_kv_heads). Everything the session reports is per
+// query head: heads() is n_heads, layer_mass averages over the n_heads query heads, layer_queries and
+// prompt_queries hold n_heads x head_dim per layer, and page_keys expands each kv head's key to the query heads
+// that read it (see page_keys), so the harness' layers() x heads() x head_dim() rows of keys line up with the
+// queries head for head and the attention-free signal, the digests and the exact host-tier recall compute the
+// logits the attention computes. save_block / load_block copy the stored (kv-head) rows, unexpanded.
 //
 // A kv_session is not thread-safe (not even its const answer(), which uses the session's scratch buffers); one
 // tiny_lm may serve any number of sessions on any threads.
@@ -44,21 +53,28 @@ class kv_session {
     L_ = static_cast<std::size_t>(c.n_layers);
     H_ = static_cast<std::size_t>(c.n_heads);
     hd_ = d_ / H_;
-    k_ = static_cast<std::size_t>(c.conv_kernel);
+    KV_ = static_cast<std::size_t>(c.n_kv_heads);
+    group_ = H_ / KV_;
+    kvd_ = KV_ * hd_;
+    qkvw_ = H_ * hd_ + 2 * kvd_;
+    conv_ = c.has_conv();
+    k_ = conv_ ? static_cast<std::size_t>(c.conv_kernel) : 0;
     const std::size_t blocks = pool_.capacity();
-    kv_.assign(blocks * L_ * 2 * P_ * d_, 0.0f);
+    kv_.assign(blocks * L_ * 2 * P_ * kvd_, 0.0f);
     block_first_pos_.assign(blocks, 0);
-    conv_state_.assign(L_ * (k_ - 1) * d_, 0.0f);
+    if (conv_) conv_state_.assign(L_ * (k_ - 1) * d_, 0.0f);
     pool_.open(sequence_id);
   }
 
   struct step_result {
     std::vector<float> last_logits;                 // vocab entries, for the chunk's last token
     std::vector<std::vector<float>> layer_mass;     // [layer][resident token incl. the chunk, block-table order]:
-                                                    // attention probability summed over heads and the chunk's
-                                                    // queries, divided by heads * queries (each row sums to 1)
-    std::vector<std::vector<float>> layer_queries;  // [layer][query t of the chunk][d_model]: the queries as the
-                                                    // attention saw them (RoPE applied), head after head
+                                                    // attention probability summed over the (query) heads and the
+                                                    // chunk's queries, divided by heads * queries (each row sums
+                                                    // to 1)
+    std::vector<std::vector<float>> layer_queries;  // [layer][query t of the chunk][n_heads x head_dim = d_model]:
+                                                    // the queries as the attention saw them (RoPE applied), query
+                                                    // head after query head
   };
 
   // Runs the chunk at the next absolute positions, writes its K/V into the pool and returns the last token's
@@ -119,6 +135,15 @@ class kv_session {
   // The keys of resident page `page` (block-table order) into `out`: one row per resident token of the page, each
   // row every layer's keys (RoPE applied), layer after layer, head after head: tokens x (layers x heads x head_dim),
   // the layout memdecay's page digests take with kv_heads = layers x heads.
+  //
+  // With grouped-query attention the heads are the heads() = n_heads *query* heads: slot j of a layer holds the key
+  // of kv head j / (n_heads / n_kv_heads), the key query head j attends with, so each kv head's key appears
+  // n_heads / n_kv_heads times in a row. Of the two options for the harness (which multiplies layers() x heads()
+  // x head_dim() for keys and pairs them with the queries of layer_queries / prompt_queries, n_heads wide) this is
+  // the simpler correct one: every query-key consumer (the attention-free signal, the digests, held_keys' exact
+  // recall) works unchanged and computes the true attention logits, where kv-head-wide rows would have needed each
+  // of them to learn the grouping (or to throw for n_kv_heads != n_heads). The cost is digests n_heads / n_kv_heads
+  // times larger than the pool's keys. Without GQA the rows are the stored keys, as they always were.
   void page_keys(std::size_t page, std::vector<float>& out) const {
     const std::size_t r = resident_tokens();
     if (page * P_ >= r)
@@ -128,13 +153,18 @@ class kv_session {
     out.resize(tokens * L_ * d_);
     for (std::size_t t = 0; t < tokens; ++t)
       for (std::size_t l = 0; l < L_; ++l) {
-        const float* k = kv_.data() + slab(block, l, 0) + t * d_;
-        std::copy(k, k + d_, out.data() + (t * L_ + l) * d_);
+        const float* k = kv_.data() + slab(block, l, 0) + t * kvd_;
+        if (group_ == 1) {
+          std::copy(k, k + d_, out.data() + (t * L_ + l) * d_);
+        } else {
+          for (std::size_t h = 0; h < H_; ++h)
+            std::copy_n(k + (h / group_) * hd_, hd_, out.data() + (t * L_ + l) * d_ + h * hd_);
+        }
       }
   }
   // The queries of the last token of `prompt`, as answer(prompt, ...) would compute them over the resident cache:
-  // every layer's (RoPE applied), layer after layer, head after head (layers x heads x head_dim), the layout of
-  // page_keys' rows. The session is unchanged. What an engine with a host tier has when a question arrives: the
+  // every layer's (RoPE applied), layer after layer, query head after query head (layers x heads x head_dim), the
+  // layout of page_keys' rows. The session is unchanged. What an engine with a host tier has when a question arrives: the
   // query that decides which offloaded pages to bring back before it attends.
   void prompt_queries(std::span<const std::int32_t> prompt, std::vector<float>& out) const {
     if (prompt.empty()) throw std::runtime_error("kv_session::prompt_queries: empty prompt");
@@ -151,8 +181,9 @@ class kv_session {
 
   // One block's K/V and the position of its first slot, for a host tier: save_block copies them out of the pool,
   // load_block into a block (the block the pool gave a recalled page: the page returns at its original positions,
-  // RoPE already applied to its keys). block_floats() floats per block: layers x {K, V} x page_size x d_model.
-  [[nodiscard]] std::size_t block_floats() const noexcept { return L_ * 2 * P_ * d_; }
+  // RoPE already applied to its keys). block_floats() floats per block: layers x {K, V} x page_size x
+  // (n_kv_heads x head_dim): the stored rows, d_model wide without grouped-query attention.
+  [[nodiscard]] std::size_t block_floats() const noexcept { return L_ * 2 * P_ * kvd_; }
   void save_block(std::int32_t block, std::span<float> kv, std::uint32_t& first_pos) const {
     const auto b = checked_block(block, kv.size(), "save_block");
     std::copy_n(kv_.data() + slab(b, 0, 0), block_floats(), kv.data());
@@ -165,7 +196,10 @@ class kv_session {
   }
 
   [[nodiscard]] std::size_t layers() const noexcept { return L_; }
+  // The query heads (n_heads): the heads of layer_queries, prompt_queries, layer_mass and page_keys' rows.
   [[nodiscard]] std::size_t heads() const noexcept { return H_; }
+  // The key/value heads the pool stores (n_kv_heads; heads() without grouped-query attention).
+  [[nodiscard]] std::size_t kv_heads() const noexcept { return KV_; }
   [[nodiscard]] std::size_t head_dim() const noexcept { return hd_; }
 
   [[nodiscard]] pool_type& table() noexcept { return pool_; }
@@ -192,7 +226,7 @@ class kv_session {
 
   // Offset of the K (kv = 0) or V (kv = 1) row of `slot` in block `block`, layer `layer`.
   [[nodiscard]] std::size_t slab(std::size_t block, std::size_t layer, std::size_t kv) const noexcept {
-    return ((block * L_ + layer) * 2 + kv) * P_ * d_;
+    return ((block * L_ + layer) * 2 + kv) * P_ * kvd_;
   }
   std::size_t checked_block(std::int32_t block, std::size_t floats, const char* call) const {
     if (block < 0 || static_cast<std::size_t>(block) >= pool_.capacity())
@@ -222,7 +256,7 @@ class kv_session {
                std::vector<std::vector<float>>* queries = nullptr) const {
     const auto& w = model_->weights();
     const std::size_t n = tokens.size(), d = d_, hd = hd_, k = k_;
-    const std::size_t f = static_cast<std::size_t>(model_->config().mlp_hidden);
+    const std::size_t qd = H_ * hd_, kvd = kvd_, qw = qkvw_;  // a qkv_ row: H query heads, KV key, KV value heads
     const std::size_t resident = resident_tokens();
     const std::size_t r_before = pool_kv ? resident - n : resident;
     const std::size_t side_total = pool_kv ? 0 : side_before + n;
@@ -231,16 +265,18 @@ class kv_session {
 
     grow(x_, n * d);
     grow(h_, n * d);
-    grow(e_, (n + k - 1) * d);
-    grow(c_, n * d);
-    grow(qkv_, n * 3 * d);
+    if (conv_) {
+      grow(e_, (n + k - 1) * d);
+      grow(c_, n * d);
+    }
+    grow(qkv_, n * qw);
     grow(att_, n * d);
-    grow(u_, n * f);
+    grow(u_, n * model_->mlp_scratch_per_row());
     grow(scores_, n * (resident + side_total));
     grow(acc_, n * hd);
     if (!pool_kv) {
       if (side_kv_.size() < 2 * L_) side_kv_.resize(2 * L_);
-      for (auto& buffer : side_kv_) grow(buffer, side_total * d);  // keeps the rows already written
+      for (auto& buffer : side_kv_) grow(buffer, side_total * kvd);  // keeps the rows already written
     }
 
     for (std::size_t t = 0; t < n; ++t) {
@@ -249,32 +285,38 @@ class kv_session {
     }
     for (std::size_t l = 0; l < L_; ++l) {
       const auto& lw = w.layers[l];
-      float* state = conv + l * (k - 1) * d;
-      // Normed inputs, preceded by the k-1 previous ones; then the state keeps the last k-1 of them.
-      model_->rmsnorm_rows(x_.data(), n, lw.norm1.data(), e_.data() + (k - 1) * d);
-      std::copy(state, state + (k - 1) * d, e_.data());
-      model_->conv_rows(lw, e_.data(), n, c_.data());
-      std::copy(e_.data() + n * d, e_.data() + (n + k - 1) * d, state);
-      Eigen::Map<matrix>(qkv_.data(), rows, 3 * static_cast<Eigen::Index>(d)).noalias() =
-          Eigen::Map<const matrix>(c_.data(), rows, static_cast<Eigen::Index>(d)) * lw.wqkv.transpose();
+      const float* in = h_.data();  // the projections' input: the convolution's output, or the normed rows
+      if (conv_) {
+        float* state = conv + l * (k - 1) * d;
+        // Normed inputs, preceded by the k-1 previous ones; then the state keeps the last k-1 of them.
+        model_->rmsnorm_rows(x_.data(), n, lw.norm1.data(), e_.data() + (k - 1) * d);
+        std::copy(state, state + (k - 1) * d, e_.data());
+        model_->conv_rows(lw, e_.data(), n, c_.data());
+        std::copy(e_.data() + n * d, e_.data() + (n + k - 1) * d, state);
+        in = c_.data();
+      } else {
+        model_->rmsnorm_rows(x_.data(), n, lw.norm1.data(), h_.data());
+      }
+      Eigen::Map<matrix>(qkv_.data(), rows, static_cast<Eigen::Index>(qw)).noalias() =
+          Eigen::Map<const matrix>(in, rows, static_cast<Eigen::Index>(d)) * lw.wqkv.transpose();
       // RoPE on q and k, then the chunk's K/V go to their slots.
       for (std::size_t t = 0; t < n; ++t) {
-        float* row = qkv_.data() + t * 3 * d;
-        model_->apply_rope(row, first_pos + static_cast<std::uint32_t>(t));
-        model_->apply_rope(row + d, first_pos + static_cast<std::uint32_t>(t));
-        if (queries) std::copy(row, row + d, (*queries)[l].data() + t * d);
+        float* row = qkv_.data() + t * qw;
+        model_->apply_rope(row, first_pos + static_cast<std::uint32_t>(t), H_);
+        model_->apply_rope(row + qd, first_pos + static_cast<std::uint32_t>(t), KV_);
+        if (queries) std::copy(row, row + qd, (*queries)[l].data() + t * qd);
         float *kdst, *vdst;
         if (pool_kv) {
           const std::size_t i = r_before + t;
           const std::size_t block = static_cast<std::size_t>(table[i / P_]), slot = i % P_;
-          kdst = pool_kv + slab(block, l, 0) + slot * d;
-          vdst = pool_kv + slab(block, l, 1) + slot * d;
+          kdst = pool_kv + slab(block, l, 0) + slot * kvd;
+          vdst = pool_kv + slab(block, l, 1) + slot * kvd;
         } else {
-          kdst = side_kv_[2 * l].data() + (side_before + t) * d;
-          vdst = side_kv_[2 * l + 1].data() + (side_before + t) * d;
+          kdst = side_kv_[2 * l].data() + (side_before + t) * kvd;
+          vdst = side_kv_[2 * l + 1].data() + (side_before + t) * kvd;
         }
-        std::copy(row + d, row + 2 * d, kdst);
-        std::copy(row + 2 * d, row + 3 * d, vdst);
+        std::copy(row + qd, row + qd + kvd, kdst);
+        std::copy(row + qd + kvd, row + qd + 2 * kvd, vdst);
       }
       const attention_args args{l,
                                 n,
@@ -312,7 +354,8 @@ class kv_session {
 
   // Attention of the chunk's n queries (rows of qkv_, RoPE applied) over the resident tokens, read through the
   // block table, and the side buffer; writes the merged heads to att_ and adds each query's probabilities,
-  // divided by heads * n, to the mass row. Scores, probabilities and the weighted sum run one head at a time.
+  // divided by heads * n, to the mass row. Scores, probabilities and the weighted sum run one (query) head at a
+  // time; query head h reads the K/V of kv head h / group_ (kvo below: its offset in a kvd_-wide K or V row).
   // The same for a chunk of n > 1 queries, key-major: each K and V row is read once per head and used by every
   // query of the chunk that sees it (scores [query][column] in scores_, outputs accumulated in acc_).
   template <int HD>
@@ -320,7 +363,7 @@ class kv_session {
     using vec = Eigen::Matrix<float, HD, 1>;
     using cmap = Eigen::Map<const vec>;
     using map = Eigen::Map<vec>;
-    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer;
+    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer, kvd = kvd_, qw = qkvw_;
     const auto hdi = static_cast<Eigen::Index>(hd);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float share = 1.0f / static_cast<float>(H * n);
@@ -337,19 +380,19 @@ class kv_session {
     float* S = scores_.data();
     float* acc = acc_.data();
     for (std::size_t h = 0; h < H; ++h) {
-      const std::size_t off = h * hd;
+      const std::size_t off = h * hd, kvo = (h / group_) * hd;
       // Scores.
       auto score_column = [&](std::size_t j, const float* krow) {
         const cmap k(krow, hdi);
         for (std::size_t t = first_query(j); t < n; ++t)
-          S[t * C + j] = cmap(qkv_.data() + t * 3 * d + off, hdi).dot(k) * scale;
+          S[t * C + j] = cmap(qkv_.data() + t * qw + off, hdi).dot(k) * scale;
       };
       for (std::size_t b = 0, j = 0; j < r_last; ++b) {
         const std::size_t slots = std::min(P_, r_last - j);
-        const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + off;
-        for (std::size_t s = 0; s < slots; ++s, ++j) score_column(j, kb + s * d);
+        const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + kvo;
+        for (std::size_t s = 0; s < slots; ++s, ++j) score_column(j, kb + s * kvd);
       }
-      for (std::size_t j = r_last; j < C; ++j) score_column(j, a.side_k + (j - r_last) * d + off);
+      for (std::size_t j = r_last; j < C; ++j) score_column(j, a.side_k + (j - r_last) * kvd + kvo);
       // Softmax per query (over the columns it sees), and the mass.
       for (std::size_t t = 0; t < n; ++t) {
         float* st = S + t * C;
@@ -374,10 +417,10 @@ class kv_session {
       };
       for (std::size_t b = 0, j = 0; j < r_last; ++b) {
         const std::size_t slots = std::min(P_, r_last - j);
-        const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + off;
-        for (std::size_t s = 0; s < slots; ++s, ++j) value_column(j, vb + s * d);
+        const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + kvo;
+        for (std::size_t s = 0; s < slots; ++s, ++j) value_column(j, vb + s * kvd);
       }
-      for (std::size_t j = r_last; j < C; ++j) value_column(j, a.side_v + (j - r_last) * d + off);
+      for (std::size_t j = r_last; j < C; ++j) value_column(j, a.side_v + (j - r_last) * kvd + kvo);
       for (std::size_t t = 0; t < n; ++t) std::copy(acc + t * hd, acc + (t + 1) * hd, att_.data() + t * d + off);
     }
   }
@@ -386,28 +429,28 @@ class kv_session {
   void attention(const attention_args& a) const {
     using vec = Eigen::Matrix<float, HD, 1>;
     using cmap = Eigen::Map<const vec>;
-    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer;
+    const std::size_t d = d_, H = H_, hd = hd_, n = a.n, l = a.layer, kvd = kvd_, qw = qkvw_;
     const auto hdi = static_cast<Eigen::Index>(hd);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float share = 1.0f / static_cast<float>(H * n);
     for (std::size_t t = 0; t < n; ++t) {
-      const float* q = qkv_.data() + t * 3 * d;
+      const float* q = qkv_.data() + t * qw;
       float* o = att_.data() + t * d;
       const std::size_t rq = a.pooled ? a.r_before + t + 1 : a.resident;  // resident tokens this query sees
       const std::size_t sq = a.pooled ? 0 : a.side_before + t + 1;        // side tokens this query sees
       float* sc = scores_.data();
       for (std::size_t h = 0; h < H; ++h) {
-        const std::size_t off = h * hd;
-        auto run = [&](const auto& qh, auto acc) {  // acc by value: kept in registers
+        const std::size_t off = h * hd, kvo = (h / group_) * hd;  // query head h reads kv head h / group_
+        auto run = [&](const auto& qh, auto acc) {                // acc by value: kept in registers
           float mx = -std::numeric_limits<float>::infinity();
           for (std::size_t b = 0, i = 0; i < rq; ++b) {
             const std::size_t slots = std::min(P_, rq - i);
-            const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + off;
+            const float* kb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 0) + kvo;
             for (std::size_t s = 0; s < slots; ++s, ++i)
-              mx = std::max(mx, sc[i] = qh.dot(cmap(kb + s * d, hdi)) * scale);
+              mx = std::max(mx, sc[i] = qh.dot(cmap(kb + s * kvd, hdi)) * scale);
           }
           for (std::size_t s = 0; s < sq; ++s)
-            mx = std::max(mx, sc[rq + s] = qh.dot(cmap(a.side_k + s * d + off, hdi)) * scale);
+            mx = std::max(mx, sc[rq + s] = qh.dot(cmap(a.side_k + s * kvd + kvo, hdi)) * scale);
           const std::size_t cols = rq + sq;
           float sum = 0;
           for (std::size_t i = 0; i < cols; ++i) sum += (sc[i] = std::exp(sc[i] - mx));
@@ -416,10 +459,10 @@ class kv_session {
             for (std::size_t i = 0; i < rq; ++i) a.mass[i] += sc[i] * share;
           for (std::size_t b = 0, i = 0; i < rq; ++b) {
             const std::size_t slots = std::min(P_, rq - i);
-            const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + off;
-            for (std::size_t s = 0; s < slots; ++s, ++i) acc.noalias() += sc[i] * cmap(vb + s * d, hdi);
+            const float* vb = a.kv + slab(static_cast<std::size_t>(a.table[b]), l, 1) + kvo;
+            for (std::size_t s = 0; s < slots; ++s, ++i) acc.noalias() += sc[i] * cmap(vb + s * kvd, hdi);
           }
-          for (std::size_t s = 0; s < sq; ++s) acc.noalias() += sc[rq + s] * cmap(a.side_v + s * d + off, hdi);
+          for (std::size_t s = 0; s < sq; ++s) acc.noalias() += sc[rq + s] * cmap(a.side_v + s * kvd + kvo, hdi);
           return acc;
         };
         if constexpr (HD == Eigen::Dynamic) {
@@ -438,14 +481,16 @@ class kv_session {
   const tiny_lm* model_;
   std::size_t P_, max_tokens_;
   std::size_t d_ = 0, L_ = 0, H_ = 0, hd_ = 0, k_ = 0;
+  std::size_t KV_ = 0, group_ = 1, kvd_ = 0, qkvw_ = 0;  // kv heads, query heads per kv head, K/V row, qkv_ row
+  bool conv_ = true;                                     // the conv architecture (k_ > 0 taps)
   pool_type pool_;
-  std::vector<float> kv_;                       // [block][layer][K|V][slot][d_model]
+  std::vector<float> kv_;                       // [block][layer][K|V][slot][n_kv_heads x head_dim]
   std::vector<std::uint32_t> block_first_pos_;  // absolute position of each block's slot 0
-  std::vector<float> conv_state_;               // [layer][k-1][d_model]
+  std::vector<float> conv_state_;               // [layer][k-1][d_model] (empty without a convolution)
   std::size_t appended_ = 0;
   // Scratch (reused across calls; grows only).
   mutable std::vector<float> x_, h_, e_, c_, qkv_, att_, u_, scores_, acc_, conv_probe_, probe_logits_;
-  mutable std::vector<std::vector<float>> side_kv_;  // answer(): [layer][K|V] rows of the probe's tokens
+  mutable std::vector<std::vector<float>> side_kv_;  // answer(): [layer][K|V] rows (kvd_ wide) of the probe's tokens
 };
 
 }  // namespace memdecay_eval

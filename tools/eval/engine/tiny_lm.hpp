@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// memdecay-eval engine: the bundled tiny decoder (python/model.py) in C++: loading a model file, the reference
-// forward pass and the building blocks the paged session (kv_session.hpp) shares with it.
+// memdecay-eval engine: the bundled tiny decoders (python/model.py, python/llama_model.py) in C++: loading a model
+// file, the reference forward pass and the building blocks the paged session (kv_session.hpp) shares with it.
 //
 // The model (docs/models.md; python/model.py is the definition): pre-norm decoder with tied embeddings.
 //   x = embed[tok]
@@ -10,6 +10,15 @@
 //              x += softmax(q k^T / sqrt(hd) + causal) v  wo^T
 //              x += gelu_erf(rmsnorm(x) * norm2 w1^T + b1) w2^T + b2
 //   logits = (rmsnorm(x) * norm_f) embed^T
+//
+// The LLaMA architecture (config "arch": "llama"; python/llama_model.py LlamaLM is the definition) is the same
+// decoder without the convolution (c = h), with grouped-query attention and a SwiGLU MLP without biases:
+//              q = h wq^T (n_heads heads), k, v = h wk^T, h wv^T (n_kv_heads heads); query head j reads kv head
+//              j / (n_heads / n_kv_heads)
+//              x += w_down( silu(w_gate (rmsnorm(x) * norm2)) * (w_up (rmsnorm(x) * norm2)) )
+// The two differences are independent switches of the code (model_config::has_conv(), model_config::mlp), and
+// with n_kv_heads == n_heads, a conv kernel and the GELU MLP every computation is the one the bundled models
+// always ran (same operations in the same order).
 //
 // tiny_lm is immutable after load() and may be shared by any number of threads. Its paged-KV session is
 // kv_session.hpp; its configuration, model_config.hpp.
@@ -41,10 +50,12 @@ class tiny_lm {
   using matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using vector = Eigen::VectorXf;
   struct layer_weights {
-    vector norm1, conv_bias, norm2, b1, b2;
-    matrix conv;  // [k, d]: row j is conv_weight[:, j]
-    matrix wqkv;  // [3d, d]: wq, wk, wv stacked (torch Linear layout, [out, in])
-    matrix wo, w1, w2;
+    vector norm1, conv_bias, norm2, b1, b2;  // conv_bias: conv arch only; b1, b2: GELU MLP only
+    matrix conv;                             // [k, d]: row j is conv_weight[:, j] (conv arch only)
+    matrix wqkv;    // [(H + 2 KV) hd, d]: wq, wk, wv stacked (torch Linear layout, [out, in]); [3d, d] without GQA
+    matrix wo;      // [d, H hd]
+    matrix w1, w2;  // GELU MLP: [f, d], [d, f]
+    matrix w_gate, w_up, w_down;  // SwiGLU MLP: [f, d], [f, d], [d, f]
   };
   struct weights_type {
     matrix embed;  // [V, d]
@@ -76,22 +87,19 @@ class tiny_lm {
 
     const auto& c = m.config_;
     const std::int64_t V = c.vocab, d = c.d_model, k = c.conv_kernel, f = c.mlp_hidden;
-    std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected = {{"embed", {V, d}}, {"norm_f", {d}}};
+    const std::int64_t qd = std::int64_t{c.n_heads} * c.head_dim(), kvd = std::int64_t{c.n_kv_heads} * c.head_dim();
+    using tensor_list = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+    tensor_list expected = {{"embed", {V, d}}, {"norm_f", {d}}};
     for (int l = 0; l < c.n_layers; ++l) {
       const std::string p = "layers." + std::to_string(l) + ".";
-      for (auto& e : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{{"norm1", {d}},
-                                                                                    {"conv_weight", {d, k}},
-                                                                                    {"conv_bias", {d}},
-                                                                                    {"wq", {d, d}},
-                                                                                    {"wk", {d, d}},
-                                                                                    {"wv", {d, d}},
-                                                                                    {"wo", {d, d}},
-                                                                                    {"norm2", {d}},
-                                                                                    {"w1", {f, d}},
-                                                                                    {"b1", {f}},
-                                                                                    {"w2", {d, f}},
-                                                                                    {"b2", {d}}})
-        expected.emplace_back(p + e.first, e.second);
+      tensor_list layer = {{"norm1", {d}}};
+      if (c.has_conv()) layer.insert(layer.end(), {{"conv_weight", {d, k}}, {"conv_bias", {d}}});
+      layer.insert(layer.end(), {{"wq", {qd, d}}, {"wk", {kvd, d}}, {"wv", {kvd, d}}, {"wo", {d, qd}}, {"norm2", {d}}});
+      if (c.mlp == mlp_kind::gelu)
+        layer.insert(layer.end(), {{"w1", {f, d}}, {"b1", {f}}, {"w2", {d, f}}, {"b2", {d}}});
+      else
+        layer.insert(layer.end(), {{"w_gate", {f, d}}, {"w_up", {f, d}}, {"w_down", {d, f}}});
+      for (auto& e : layer) expected.emplace_back(p + e.first, e.second);
     }
     for (const auto& [name, shape] : expected)
       if (!file.contains(name)) throw std::runtime_error(where + "tensor '" + name + "' is missing");
@@ -114,18 +122,26 @@ class tiny_lm {
       const std::string p = "layers." + std::to_string(l) + ".";
       layer_weights lw;
       lw.norm1 = load_vector(p + "norm1", d);
-      lw.conv = load_matrix(p + "conv_weight", d, k).transpose();
-      lw.conv_bias = load_vector(p + "conv_bias", d);
-      lw.wqkv.resize(3 * d, d);
-      lw.wqkv.topRows(d) = load_matrix(p + "wq", d, d);
-      lw.wqkv.middleRows(d, d) = load_matrix(p + "wk", d, d);
-      lw.wqkv.bottomRows(d) = load_matrix(p + "wv", d, d);
-      lw.wo = load_matrix(p + "wo", d, d);
+      if (c.has_conv()) {
+        lw.conv = load_matrix(p + "conv_weight", d, k).transpose();
+        lw.conv_bias = load_vector(p + "conv_bias", d);
+      }
+      lw.wqkv.resize(qd + 2 * kvd, d);
+      lw.wqkv.topRows(qd) = load_matrix(p + "wq", qd, d);
+      lw.wqkv.middleRows(qd, kvd) = load_matrix(p + "wk", kvd, d);
+      lw.wqkv.bottomRows(kvd) = load_matrix(p + "wv", kvd, d);
+      lw.wo = load_matrix(p + "wo", d, qd);
       lw.norm2 = load_vector(p + "norm2", d);
-      lw.w1 = load_matrix(p + "w1", f, d);
-      lw.b1 = load_vector(p + "b1", f);
-      lw.w2 = load_matrix(p + "w2", d, f);
-      lw.b2 = load_vector(p + "b2", d);
+      if (c.mlp == mlp_kind::gelu) {
+        lw.w1 = load_matrix(p + "w1", f, d);
+        lw.b1 = load_vector(p + "b1", f);
+        lw.w2 = load_matrix(p + "w2", d, f);
+        lw.b2 = load_vector(p + "b2", d);
+      } else {
+        lw.w_gate = load_matrix(p + "w_gate", f, d);
+        lw.w_up = load_matrix(p + "w_up", f, d);
+        lw.w_down = load_matrix(p + "w_down", d, f);
+      }
       m.w_.layers.push_back(std::move(lw));
     }
     m.build_rope_table();
@@ -145,21 +161,25 @@ class tiny_lm {
   struct reference_result {
     std::vector<float> logits;                  // [n x vocab]
     std::vector<std::vector<float>> attention;  // [layer][query * heads * n + head * n + key] when asked for
+                                                // (heads: the n_heads query heads)
   };
   // The dense reference forward at positions 0..n-1 where query i attends to key j exactly when
   // visible(i, j) (full_logits: j <= i). The convolution always sees the true previous tokens. With
-  // `keep_attention`, the attention probabilities of every layer, query and head are returned as well.
+  // `keep_attention`, the attention probabilities of every layer, query and (query) head are returned as well.
   [[nodiscard]] reference_result reference_forward(std::span<const std::int32_t> tokens,
                                                    const std::function<bool(std::size_t, std::size_t)>& visible,
                                                    bool keep_attention = false) const {
     const auto& c = config_;
     const std::size_t n = tokens.size(), d = static_cast<std::size_t>(c.d_model),
                       H = static_cast<std::size_t>(c.n_heads);
-    const std::size_t hd = d / H, k = static_cast<std::size_t>(c.conv_kernel),
-                      f = static_cast<std::size_t>(c.mlp_hidden);
+    const std::size_t hd = d / H, k = static_cast<std::size_t>(c.conv_kernel);
+    const bool conv = c.has_conv();
+    const std::size_t rep = static_cast<std::size_t>(c.group_size());  // query heads per kv head
+    const std::size_t qd = H * hd, kvd = static_cast<std::size_t>(c.n_kv_heads) * hd, w = qd + 2 * kvd;  // qkv row
     check_tokens(tokens, "full_logits");
     reference_result out;
-    matrix x(n, d), h(n, d), e(n + k - 1, d), cv(n, d), qkv(n, 3 * d), att(n, d), u(n, f);
+    matrix x(n, d), h(n, d), e(conv ? n + k - 1 : 0, d), cv(conv ? n : 0, d), qkv(n, w), att(n, d),
+        u(n, mlp_scratch_per_row());
     for (std::size_t t = 0; t < n; ++t) x.row(static_cast<Eigen::Index>(t)) = w_.embed.row(tokens[t]);
     std::vector<char> mask(n * n);
     for (std::size_t i = 0; i < n; ++i)
@@ -168,24 +188,27 @@ class tiny_lm {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (const auto& lw : w_.layers) {
       rmsnorm_rows(x.data(), n, lw.norm1.data(), h.data());
-      std::fill(e.data(), e.data() + (k - 1) * d, 0.0f);
-      std::copy(h.data(), h.data() + n * d, e.data() + (k - 1) * d);
-      conv_rows(lw, e.data(), n, cv.data());
-      qkv.noalias() = cv * lw.wqkv.transpose();
+      if (conv) {
+        std::fill(e.data(), e.data() + (k - 1) * d, 0.0f);
+        std::copy(h.data(), h.data() + n * d, e.data() + (k - 1) * d);
+        conv_rows(lw, e.data(), n, cv.data());
+      }
+      qkv.noalias() = (conv ? cv : h) * lw.wqkv.transpose();
       for (std::size_t t = 0; t < n; ++t) {
-        apply_rope(qkv.data() + t * 3 * d, static_cast<std::uint32_t>(t));
-        apply_rope(qkv.data() + t * 3 * d + d, static_cast<std::uint32_t>(t));
+        apply_rope(qkv.data() + t * w, static_cast<std::uint32_t>(t), H);
+        apply_rope(qkv.data() + t * w + qd, static_cast<std::uint32_t>(t), static_cast<std::size_t>(c.n_kv_heads));
       }
       std::vector<float> probs;
       if (keep_attention) probs.assign(n * H * n, 0.0f);
       att.setZero();
       for (std::size_t i = 0; i < n; ++i)
         for (std::size_t hh = 0; hh < H; ++hh) {
-          const float* q = qkv.data() + i * 3 * d + hh * hd;
+          const float* q = qkv.data() + i * w + hh * hd;
+          const std::size_t kvo = (hh / rep) * hd;  // this query head's kv head
           float mx = -std::numeric_limits<float>::infinity();
           for (std::size_t j = 0; j < n; ++j) {
             if (!mask[i * n + j]) continue;
-            const float* kk = qkv.data() + j * 3 * d + d + hh * hd;
+            const float* kk = qkv.data() + j * w + qd + kvo;
             float s = 0;
             for (std::size_t a = 0; a < hd; ++a) s += q[a] * kk[a];
             scores[j] = s * scale;
@@ -199,7 +222,7 @@ class tiny_lm {
             if (!mask[i * n + j]) continue;
             const float p = scores[j] / sum;
             if (keep_attention) probs[i * H * n + hh * n + j] = p;
-            const float* vv = qkv.data() + j * 3 * d + 2 * d + hh * hd;
+            const float* vv = qkv.data() + j * w + qd + kvd + kvo;
             for (std::size_t a = 0; a < hd; ++a) o[a] += p * vv[a];
           }
         }
@@ -241,7 +264,11 @@ class tiny_lm {
   }
   // Rotates the d_model-wide row (all heads) in place for absolute position `pos` (NeoX rotate-half per head).
   void apply_rope(float* row, std::uint32_t pos) const {
-    const std::size_t H = static_cast<std::size_t>(config_.n_heads), hd = static_cast<std::size_t>(config_.head_dim());
+    apply_rope(row, pos, static_cast<std::size_t>(config_.n_heads));
+  }
+  // The same for a row of `H` heads of head_dim (the kv heads' keys: n_kv_heads x head_dim).
+  void apply_rope(float* row, std::uint32_t pos, std::size_t H) const {
+    const std::size_t hd = static_cast<std::size_t>(config_.head_dim());
     const std::size_t half = hd / 2;
     const float *cs, *sn;
     float cbuf[128], sbuf[128];
@@ -267,11 +294,30 @@ class tiny_lm {
       }
     }
   }
-  // x += w2 gelu(w1 (rmsnorm(x) * norm2) + b1) + b2 for n rows; h [n x d] and u [n x mlp_hidden] are scratch.
+  // Floats of mlp_rows' scratch `u` per row: mlp_hidden (GELU), 2 x mlp_hidden (SwiGLU: gate and up).
+  [[nodiscard]] std::size_t mlp_scratch_per_row() const noexcept {
+    return static_cast<std::size_t>(config_.mlp_hidden) * (config_.mlp == mlp_kind::swiglu ? 2 : 1);
+  }
+  // x += w2 gelu(w1 (rmsnorm(x) * norm2) + b1) + b2 for n rows (GELU MLP), or
+  // x += w_down (silu(w_gate (rmsnorm(x) * norm2)) * (w_up (rmsnorm(x) * norm2))) (SwiGLU);
+  // h [n x d] and u [n x mlp_scratch_per_row()] are scratch.
   void mlp_rows(const layer_weights& lw, float* x, std::size_t n, float* h, float* u) const {
     const auto d = static_cast<Eigen::Index>(config_.d_model), f = static_cast<Eigen::Index>(config_.mlp_hidden);
     const auto rows = static_cast<Eigen::Index>(n);
     rmsnorm_rows(x, n, lw.norm2.data(), h);
+    if (config_.mlp == mlp_kind::swiglu) {
+      Eigen::Map<matrix> gate(u, rows, f), up(u + n * static_cast<std::size_t>(f), rows, f);
+      const Eigen::Map<const matrix> hn(h, rows, d);
+      gate.noalias() = hn * lw.w_gate.transpose();
+      up.noalias() = hn * lw.w_up.transpose();
+      for (Eigen::Index t = 0; t < rows; ++t)
+        for (Eigen::Index i = 0; i < f; ++i) {
+          const float z = gate(t, i);
+          gate(t, i) = z / (1.0f + std::exp(-z)) * up(t, i);  // silu(z) = z sigmoid(z)
+        }
+      Eigen::Map<matrix>(x, rows, d).noalias() += Eigen::Map<const matrix>(u, rows, f) * lw.w_down.transpose();
+      return;
+    }
     Eigen::Map<matrix> hu(u, rows, f);
     hu.noalias() = Eigen::Map<const matrix>(h, rows, d) * lw.w1.transpose();
     for (Eigen::Index t = 0; t < rows; ++t) {
