@@ -25,7 +25,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from model import apply_rope, rmsnorm, rope_tables
+import model as model_module
+from model import apply_rope, rmsnorm, rope_tables, save_model  # noqa: F401 (save_model: shared)
 
 SIZES = {
     "llama-small": dict(d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=384),
@@ -246,17 +247,5 @@ def init_recall_circuit(m, seed, prev_scale=9.0, induction_scale=3.0):
             "low_pairs": low}
 
 
-def save_model(model, path, vocab_layout, name):
-    from safetensors_io import save
-    save(path, model.named_tensors(), {"config": json.dumps(model.config), "vocab_layout": json.dumps(vocab_layout),
-                                       "name": name})
-
-
 def load_model(path):
-    from safetensors_io import load
-    tensors, meta = load(path)
-    cfg = json.loads(meta["config"])
-    m = LlamaLM(cfg)
-    m.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()}, strict=True)
-    m.eval()
-    return m, json.loads(meta["vocab_layout"]), meta.get("name", "")
+    return model_module.load_model(path, LlamaLM)

@@ -153,11 +153,12 @@ def save_model(model, path, vocab_layout, name):
                                        "name": name})
 
 
-def load_model(path):
+def load_model(path, model_class=None):
+    """(model, vocab_layout, name) of a file save_model wrote; model_class(config) builds it (default TinyLM)."""
     from safetensors_io import load
     tensors, meta = load(path)
     cfg = json.loads(meta["config"])
-    m = TinyLM(cfg)
+    m = (model_class or TinyLM)(cfg)
     sd = {k: torch.from_numpy(v) for k, v in tensors.items()}
     m.load_state_dict(sd, strict=True)
     m.eval()
