@@ -200,6 +200,26 @@ TEST(LlamaCppSession, BadInputIsRefusedAndChangesNothing) {
   EXPECT_TRUE(y.decode(std::span<const llama_token>(t.data(), 8)).layer_mass.empty());
 }
 
+// Cells freed behind the session's back (a raw llama_memory_seq_rm the mirror never saw): the next mask hides
+// cells the mirror holds, which is refused, and the batch is rolled back, the session as before the call.
+TEST(LlamaCppSession, AMaskThatDisagreesWithTheMirrorIsRefusedAndRolledBack) {
+  lc::session s(the_model(), small_context());
+  const auto t = episode_tokens(80);
+  s.decode(std::span<const llama_token>(t.data(), 64));
+  ASSERT_TRUE(llama_memory_seq_rm(llama_get_memory(s.context()), lc::session::seq_live, 10, 20));
+  try {
+    s.decode(std::span<const llama_token>(t.data() + 64, 8));
+    FAIL() << "a mask that disagrees with the mirror was accepted";
+  } catch (const memdecay::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("disagrees with memdecay's cell mirror"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in the mirror, but the mask hides it"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.resident(), 64u);
+  EXPECT_EQ(s.appended(), 64u);
+  EXPECT_EQ(s.mirror().held(), 64u);
+  EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(s.context()), lc::session::seq_live), 63);
+}
+
 TEST(LlamaCppSession, AFileThatIsNotAModelIsAConfigError) {
   EXPECT_THROW(lc::model::load("/no/such/model.gguf"), memdecay::config_error);
   EXPECT_THROW((void)the_model()->chat_template(), memdecay::config_error);  // the synthetic model has none
