@@ -111,6 +111,50 @@ TEST(LlamaCppManagedSequence, ASessionTenTimesTheTrainingContextStillAnswersItsP
               100 * compact, 100 * absolute);
 }
 
+// Flash attention on: no probabilities exist, and the policy observes the attention-free signal from llama.cpp's
+// queries and keys (page digests). Episode 0 of the 1,700-token need-aligned file under a 25% budget keeps its
+// pinned system facts; compaction is refused for this signal.
+TEST(LlamaCppManagedSequence, WithFlashAttentionTheAttentionFreeSignalDrivesEviction) {
+  std::ifstream in(MEMDECAY_LLAMA_TEST_EPISODES_LONG);
+  const json file = json::parse(in);
+  const auto& ep = file["episodes"][0];
+  const auto tokens = ep["tokens"].get<std::vector<llama_token>>();
+  lc::session_options o;
+  o.n_ctx = 1024;
+  o.n_batch = 32;
+  o.flash_attention = true;
+  o.capture_attention = false;
+  o.capture_queries = true;
+  lc::managed_sequence<> seq(the_model(), o, lifetime_config(425));
+  ASSERT_TRUE(seq.attention_free());
+  const md::region_table table = md::default_region_table();
+  std::size_t evicted = 0;
+  for (const auto& s : ep["segments"]) {
+    const std::size_t first = s["first"].get<std::size_t>(), len = s["length"].get<std::size_t>();
+    evicted += seq.append(*table.find(s["region"].get<std::string>()),
+                          std::span<const llama_token>(tokens.data() + first, len));
+  }
+  EXPECT_GT(evicted, 50u);
+  EXPECT_TRUE(seq.policy().has_digests());
+  EXPECT_EQ(seq.llama().resident(), seq.policy().kv_len());
+  const auto& sys = ep["segments"][0];
+  ASSERT_EQ(sys["region"], "system");
+  const auto& v = file["vocab_layout"];
+  const auto k0 = v["key_first"].get<llama_token>(), k1 = k0 + v["key_count"].get<llama_token>();
+  std::size_t facts = 0, ok = 0;
+  for (std::size_t i = 0; i + 1 < sys["length"].get<std::size_t>(); ++i)
+    if (tokens[i] >= k0 && tokens[i] < k1) {
+      const llama_token prompt[] = {2, tokens[i]};
+      ++facts;
+      ok += seq.probe(prompt, 1).front() == tokens[i + 1] ? 1 : 0;
+    }
+  EXPECT_GE(facts, 3u);
+  EXPECT_EQ(ok, facts);
+  lc::session_options compact = o;
+  compact.positions = lc::position_mode::compact;
+  EXPECT_THROW(lc::managed_sequence<>(the_model(), compact, lifetime_config(425)), md::config_error);
+}
+
 TEST(LlamaCppManagedSequence, ThePolicyAndLlamaCppHoldTheSameTokens) {
   lc::session_options o;
   o.n_ctx = 512;

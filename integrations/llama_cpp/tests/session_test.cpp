@@ -220,6 +220,58 @@ TEST(LlamaCppSession, AMaskThatDisagreesWithTheMirrorIsRefusedAndRolledBack) {
   EXPECT_EQ(llama_memory_seq_pos_max(llama_get_memory(s.context()), lc::session::seq_live), 63);
 }
 
+// The queries and keys after RoPE (what the attention-free signal reads, with flash attention on or off) are the
+// ones llama.cpp's attention used: softmax(q . k / sqrt(head_dim)) over the resident tokens, averaged over the
+// query heads (GQA: head h reads KV head h / (H / KV)), is the captured kq_soft_max row, in either position mode.
+TEST(LlamaCppSession, CapturedQueriesAndKeysReproduceLlamaCppsAttention) {
+  for (auto mode : {lc::position_mode::absolute, lc::position_mode::compact}) {
+    lc::session_options o = small_context(mode);
+    o.capture_queries = true;
+    o.f32_cache = true;
+    lc::session s(the_model(), o);
+    const auto& m = *the_model();
+    const std::size_t L = m.layers(), H = m.heads(), KV = m.kv_heads(), hd = m.head_dim();
+    const auto t = episode_tokens(100);
+    std::vector<std::vector<float>> keys(L);  // [layer][resident token][KV x hd]
+    auto keep = [&](const lc::decode_result& r) {
+      for (std::size_t l = 0; l < L; ++l) keys[l].insert(keys[l].end(), r.layer_keys[l].begin(), r.layer_keys[l].end());
+    };
+    keep(s.decode(std::span<const llama_token>(t.data(), 96)));
+    if (mode == lc::position_mode::absolute) {  // compaction re-rotates the cached keys: only absolute removes here
+      const memdecay::llama_position_range gone[] = {{20, 36}};
+      s.remove(gone);
+      for (auto& k : keys) k.erase(k.begin() + 20 * KV * hd, k.begin() + 36 * KV * hd);
+    }
+    const auto r = s.decode(std::span<const llama_token>(&t[96], 1));
+    keep(r);
+    ASSERT_EQ(r.layer_queries.size(), L);
+    ASSERT_EQ(r.layer_queries[0].size(), H * hd);
+    const std::size_t n = s.resident();
+    double worst = 0.0;
+    for (std::size_t l = 0; l < L; ++l) {
+      ASSERT_EQ(keys[l].size(), n * KV * hd);
+      std::vector<double> want(n, 0.0);
+      for (std::size_t h = 0; h < H; ++h) {
+        const float* q = r.layer_queries[l].data() + h * hd;
+        std::vector<double> logit(n);
+        double top = -1e300;
+        for (std::size_t j = 0; j < n; ++j) {
+          const float* k = keys[l].data() + (j * KV + h / (H / KV)) * hd;
+          double dot = 0;
+          for (std::size_t c = 0; c < hd; ++c) dot += static_cast<double>(q[c]) * k[c];
+          logit[j] = dot / std::sqrt(static_cast<double>(hd));
+          top = std::max(top, logit[j]);
+        }
+        double z = 0;
+        for (auto& v : logit) z += (v = std::exp(v - top));
+        for (std::size_t j = 0; j < n; ++j) want[j] += logit[j] / z / static_cast<double>(H);
+      }
+      for (std::size_t j = 0; j < n; ++j) worst = std::max(worst, std::abs(want[j] - r.layer_mass[l][j]));
+    }
+    EXPECT_LT(worst, 1e-5) << to_string(mode);
+  }
+}
+
 TEST(LlamaCppSession, AFileThatIsNotAModelIsAConfigError) {
   EXPECT_THROW(lc::model::load("/no/such/model.gguf"), memdecay::config_error);
   EXPECT_THROW((void)the_model()->chat_template(), memdecay::config_error);  // the synthetic model has none

@@ -7,6 +7,11 @@
 // there, which is the cost of capture), sums each cell's probability over heads and the ubatch's tokens, divided
 // by heads x tokens (so a layer's row sums to 1 over the cells), and keeps the mask of the first layer it sees
 // for cell_mirror. Names repeat across graphs (`Qcur-0` is several nodes), so nodes are matched by op and name.
+//
+// With flash attention on there are no probabilities; asked for queries and keys instead, it takes each layer's
+// `Qcur-<layer>` and `Kcur-<layer>` after RoPE (the GGML_OP_ROPE nodes: [head_dim, heads, n_tokens]), which the
+// attention-free signal (page digests, digests/query_signal.hpp) needs. The llama graph names them so; other
+// architectures may not, which complete() reports.
 #ifndef MEMDECAY_LLAMA_CPP_ATTENTION_CAPTURE_HPP
 #define MEMDECAY_LLAMA_CPP_ATTENTION_CAPTURE_HPP
 
@@ -32,7 +37,10 @@ namespace memdecay::llama_cpp {
 /// fork), which then runs llama.cpp's unsplit graph.
 class attention_capture {
  public:
-  explicit attention_capture(std::size_t layers) : layer_mass_(layers), seen_(layers, 0) {}
+  /// `attention`: the kq_soft_max probabilities and the mask; `queries_and_keys`: Qcur and Kcur after RoPE.
+  explicit attention_capture(std::size_t layers, bool attention = true, bool queries_and_keys = false)
+      : layer_mass_(layers), seen_(layers, 0), q_(layers), k_(layers), q_seen_(layers, 0), k_seen_(layers, 0),
+        attention_(attention), queries_and_keys_(queries_and_keys) {}
   attention_capture(const attention_capture&) = delete;
   attention_capture& operator=(const attention_capture&) = delete;
 
@@ -47,6 +55,8 @@ class attention_capture {
   /// Forgets the last ubatch (call before each llama_decode).
   void reset() noexcept {
     for (auto& s : seen_) s = 0;
+    for (auto& s : q_seen_) s = 0;
+    for (auto& s : k_seen_) s = 0;
     mask_.cells = mask_.tokens = 0;
     mask_.bits.clear();
     tokens_ = 0;
@@ -55,12 +65,23 @@ class attention_capture {
   /// Whether every layer reported for the last ubatch, and nothing went wrong; else what did.
   [[nodiscard]] std::string complete() const {
     if (!error_.empty()) return error_;
-    for (std::size_t l = 0; l < seen_.size(); ++l)
-      if (seen_[l] == 0)
+    for (std::size_t l = 0; l < seen_.size(); ++l) {
+      if (attention_ && seen_[l] == 0)
         return "layer " + std::to_string(l) + " reported no kq_soft_max (flash attention on, or a graph whose "
                "attention nodes are named differently)";
+      if (queries_and_keys_ && (q_seen_[l] == 0 || k_seen_[l] == 0))
+        return "layer " + std::to_string(l) + " reported no Qcur / Kcur after RoPE (a graph that names them "
+               "differently)";
+    }
     return {};
   }
+  /// Layer l's queries of the last ubatch after RoPE: tokens x heads x head_dim (llama.cpp's pair layout).
+  [[nodiscard]] const std::vector<float>& layer_queries(std::size_t l) const noexcept { return q_[l]; }
+  /// Layer l's keys of the last ubatch after RoPE: tokens x kv_heads x head_dim.
+  [[nodiscard]] const std::vector<float>& layer_keys(std::size_t l) const noexcept { return k_[l]; }
+  [[nodiscard]] std::size_t query_heads() const noexcept { return q_heads_; }
+  [[nodiscard]] std::size_t kv_heads() const noexcept { return k_heads_; }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return head_dim_; }
   /// Layer l's per-cell mass of the last ubatch (n_kv cells, summing to 1).
   [[nodiscard]] const std::vector<float>& layer_mass(std::size_t l) const noexcept { return layer_mass_[l]; }
   [[nodiscard]] std::size_t layers() const noexcept { return layer_mass_.size(); }
@@ -72,10 +93,13 @@ class attention_capture {
  private:
   static bool callback(ggml_tensor* t, bool ask, void* user) {
     auto* self = static_cast<attention_capture*>(user);
-    const bool wanted = self->enabled && t->op == GGML_OP_SOFT_MAX &&
-                        std::strncmp(t->name, "kq_soft_max-", 12) == 0;
-    if (ask) return wanted;
-    if (wanted) self->take(t);
+    const bool probabilities = self->enabled && self->attention_ && t->op == GGML_OP_SOFT_MAX &&
+                               std::strncmp(t->name, "kq_soft_max-", 12) == 0;
+    const bool qk = self->enabled && self->queries_and_keys_ && t->op == GGML_OP_ROPE &&
+                    (std::strncmp(t->name, "Qcur-", 5) == 0 || std::strncmp(t->name, "Kcur-", 5) == 0);
+    if (ask) return probabilities || qk;
+    if (probabilities) self->take(t);
+    if (qk) self->take_rope(t);
     return true;
   }
 
@@ -122,6 +146,36 @@ class attention_capture {
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
+  // Qcur / Kcur after RoPE, [head_dim, heads, tokens], into tokens x heads x head_dim floats.
+  void take_rope(const ggml_tensor* t) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool query = t->name[0] == 'Q';
+    char* end = nullptr;
+    const long il = std::strtol(t->name + 5, &end, 10);
+    if (end == t->name + 5 || il < 0 || static_cast<std::size_t>(il) >= q_.size() || t->type != GGML_TYPE_F32) {
+      error_ = std::string("unexpected RoPE node '") + t->name + "'";
+      return;
+    }
+    const std::size_t hd = static_cast<std::size_t>(t->ne[0]), H = static_cast<std::size_t>(t->ne[1]),
+                      T = static_cast<std::size_t>(t->ne[2]);
+    if (head_dim_ != 0 && head_dim_ != hd) {
+      error_ = std::string("node '") + t->name + "' has head_dim " + std::to_string(hd);
+      return;
+    }
+    head_dim_ = hd;
+    (query ? q_heads_ : k_heads_) = H;
+    auto& out = (query ? q_ : k_)[static_cast<std::size_t>(il)];
+    out.resize(T * H * hd);
+    const char* base = host_bytes(t, scratch_);
+    for (std::size_t tok = 0; tok < T; ++tok)
+      for (std::size_t h = 0; h < H; ++h) {
+        const auto* row = reinterpret_cast<const float*>(base + tok * t->nb[2] + h * t->nb[1]);
+        std::memcpy(out.data() + (tok * H + h) * hd, row, hd * sizeof(float));
+      }
+    (query ? q_seen_ : k_seen_)[static_cast<std::size_t>(il)] = 1;
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
   void read_mask(const ggml_tensor* m, std::size_t cells, std::size_t T) {
     if (static_cast<std::size_t>(m->ne[0]) != cells || static_cast<std::size_t>(m->ne[1]) < T) {
       error_ = "the attention mask's shape does not match the attention's";
@@ -148,6 +202,10 @@ class attention_capture {
 
   std::vector<std::vector<float>> layer_mass_;
   std::vector<std::uint8_t> seen_;
+  std::vector<std::vector<float>> q_, k_;
+  std::vector<std::uint8_t> q_seen_, k_seen_;
+  bool attention_ = true, queries_and_keys_ = false;
+  std::size_t q_heads_ = 0, k_heads_ = 0, head_dim_ = 0;
   mask_view mask_;
   std::size_t tokens_ = 0;
   std::string error_;

@@ -49,6 +49,7 @@ enum class position_mode { absolute, compact };
 struct session_options {
   bool capture_attention = true;  ///< read kq_soft_max (needs flash attention off)
   bool flash_attention = false;   ///< llama.cpp's flash attention (no attention to capture then)
+  bool capture_queries = false;   ///< read Qcur / Kcur after RoPE (the attention-free signal; any flash setting)
   position_mode positions = position_mode::absolute;
   std::uint32_t n_ctx = 0;    ///< KV cells; 0: the model's training context
   std::uint32_t n_batch = 64; ///< tokens per llama_decode (also the ubatch)
@@ -62,6 +63,9 @@ struct decode_result {
   /// divided by heads x tokens (each row sums to 1). Empty without capture.
   std::vector<std::vector<float>> layer_mass;
   std::vector<float> last_logits;  ///< the last decoded token's logits
+  /// With capture_queries: [layer][decoded token][heads x head_dim] queries and [layer][decoded token][kv_heads x
+  /// head_dim] keys after RoPE, at their llama.cpp positions, in llama.cpp's rotary pair layout.
+  std::vector<std::vector<float>> layer_queries, layer_keys;
 };
 
 /// The loaded model, shared by sessions (llama.cpp's model is safe to share between contexts).
@@ -89,6 +93,11 @@ class model {
 
   [[nodiscard]] llama_model* get() const noexcept { return m_; }
   [[nodiscard]] std::size_t layers() const noexcept { return static_cast<std::size_t>(llama_model_n_layer(m_)); }
+  [[nodiscard]] std::size_t heads() const noexcept { return static_cast<std::size_t>(llama_model_n_head(m_)); }
+  [[nodiscard]] std::size_t kv_heads() const noexcept { return static_cast<std::size_t>(llama_model_n_head_kv(m_)); }
+  [[nodiscard]] std::size_t head_dim() const noexcept {
+    return static_cast<std::size_t>(llama_model_n_embd(m_)) / heads();
+  }
   [[nodiscard]] std::size_t vocab() const noexcept {
     return static_cast<std::size_t>(llama_vocab_n_tokens(llama_model_get_vocab(m_)));
   }
@@ -127,7 +136,7 @@ class session {
     if (o_.n_batch == 0) detail::raise_config("n_batch = 0 (must be at least 1)");
     if (o_.threads <= 0) detail::raise_config("threads = " + std::to_string(o_.threads) + " (must be at least 1)");
     vocab_ = model_->vocab();
-    capture_ = std::make_unique<attention_capture>(model_->layers());
+    capture_ = std::make_unique<attention_capture>(model_->layers(), o_.capture_attention, o_.capture_queries);
     llama_context_params p = llama_context_default_params();
     p.n_ctx = o_.n_ctx != 0 ? o_.n_ctx : model_->n_ctx_train();
     p.n_batch = p.n_ubatch = o_.n_batch;
@@ -137,7 +146,7 @@ class session {
     p.flash_attn_type = o_.flash_attention ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     p.no_perf = true;
     if (o_.f32_cache) p.type_k = p.type_v = GGML_TYPE_F32;
-    if (o_.capture_attention) capture_->install(p);
+    if (o_.capture_attention || o_.capture_queries) capture_->install(p);
     ctx_ = llama_init_from_model(lm, p);
     if (ctx_ == nullptr) detail::raise_config("llama.cpp could not create a context (n_ctx " + std::to_string(p.n_ctx) + ")");
     n_ctx_ = llama_n_ctx(ctx_);
@@ -172,13 +181,29 @@ class session {
       std::vector<std::int32_t> pos(n);
       for (std::size_t i = 0; i < n; ++i) pos[i] = next_llama_pos() + static_cast<std::int32_t>(i);
       fill_batch(tokens.subspan(first, n), pos, seq_live, true);
-      capture_->enabled = o_.capture_attention;
+      capture_->enabled = capturing();
       capture_->reset();
       const int rc = llama_decode(ctx_, batch_);
       if (rc != 0) failed_decode(rc, first);
       for (std::size_t i = 0; i < n; ++i) resident_.push_back(appended_ + i);
       appended_ += n;
+      if (capturing()) {
+        if (const auto why = capture_->complete(); !why.empty()) {
+          rollback(n, first);
+          detail::raise_usage("attention capture: " + why);
+        }
+      }
       if (o_.capture_attention) attribute(pos, acc, n, first);
+      if (o_.capture_queries) {
+        out.layer_queries.resize(L);
+        out.layer_keys.resize(L);
+        for (std::size_t l = 0; l < L; ++l) {
+          const auto& q = capture_->layer_queries(l);
+          const auto& k = capture_->layer_keys(l);
+          out.layer_queries[l].insert(out.layer_queries[l].end(), q.begin(), q.end());
+          out.layer_keys[l].insert(out.layer_keys[l].end(), k.begin(), k.end());
+        }
+      }
     }
     const float* logits = llama_get_logits_ith(ctx_, -1);
     out.last_logits.assign(logits, logits + vocab_);
@@ -275,7 +300,7 @@ class session {
       chunk.assign(1, next);
     }
     llama_memory_seq_rm(mem, seq_probe, -1, -1);
-    capture_->enabled = o_.capture_attention;
+    capture_->enabled = capturing();
     probe_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rc != 0) detail::raise_usage("probe: llama_decode returned " + std::to_string(rc));
     return out;
@@ -343,13 +368,11 @@ class session {
                         (rc == 1 ? " (no KV slot for the batch: evict first)" : ""));
   }
 
+  [[nodiscard]] bool capturing() const noexcept { return o_.capture_attention || o_.capture_queries; }
+
   // Adds the ubatch's per-cell mass to the resident tokens' sums (weighted by its tokens).
   void attribute(std::span<const std::int32_t> pos, std::vector<std::vector<double>>& acc, std::size_t n,
                  std::size_t first) {
-    if (const auto why = capture_->complete(); !why.empty()) {
-      rollback(n, first);
-      detail::raise_usage("attention capture: " + why);
-    }
     try {
       mirror_.observe(capture_->mask(), pos);
     } catch (...) {
