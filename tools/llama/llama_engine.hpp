@@ -7,6 +7,10 @@
 // through llama_memory_seq_rm per merged range. Attention is llama.cpp's own kq_soft_max (flash attention off),
 // probes are forks of the live sequence (llama_memory_seq_cp), every layer's row sums to 1 as the harness expects.
 // Each session is a llama_context of its own, so episodes run on several threads like memdecay-eval's.
+// With the session's capture_queries on, it also keeps every resident token's keys after RoPE (llama.cpp's
+// Kcur), so that policies on the attention-free signal digest them (page_keys: tokens x (layers x query heads x
+// head_dim), each query head slot holding its KV head's key, the layout of memdecay-eval's engine) and observe
+// the step's queries (layer_queries); that needs absolute positions (compaction would move the keys).
 //
 // context_shift_kind() is what llama.cpp users get today when the context fills (llama-server --context-shift,
 // llama-cli's infinite generation): keep the first n_keep tokens (the BOS token: n_keep 0 + add_bos), discard
@@ -64,14 +68,18 @@ class llama_harness_session {
   static constexpr std::uint64_t sequence_id = 0;
 
   struct step_result {
-    std::vector<std::vector<float>> layer_mass;  ///< [layer][resident token, block-table order]
+    std::vector<std::vector<float>> layer_mass;     ///< [layer][resident token, block-table order]
     std::vector<float> last_logits;
+    std::vector<std::vector<float>> layer_queries;  ///< [layer][chunk token][heads x head_dim] (capture_queries)
   };
 
   llama_harness_session(std::shared_ptr<const lc::model> model, lc::session_options o, std::size_t page_size,
                         std::size_t max_tokens, timings* t)
       : P_(page_size), pool_((max_tokens + page_size - 1) / page_size + 1, page_size), timings_(t) {
     o.n_ctx = static_cast<std::uint32_t>(max_tokens + 16);
+    if (o.capture_queries && o.positions == lc::position_mode::compact)
+      throw std::runtime_error("policies on the query signal need --positions absolute: their digests hold keys "
+                               "rotated at their positions, which compaction moves");
     s_ = std::make_unique<lc::session>(std::move(model), o);
     first_pos_.assign(pool_.capacity(), 0);
     pool_.open(sequence_id);
@@ -91,7 +99,23 @@ class llama_harness_session {
     const auto table = pool_.block_table(sequence_id);
     for (std::size_t i = r0; i < r0 + tokens.size(); ++i)
       if (i % P_ == 0) first_pos_[static_cast<std::size_t>(table[i / P_])] = first + (i - r0);
-    return {std::move(r.layer_mass), std::move(r.last_logits)};
+    if (s_->options().capture_queries) keep_keys(r, tokens.size());
+    return {std::move(r.layer_mass), std::move(r.last_logits), std::move(r.layer_queries)};
+  }
+
+  [[nodiscard]] std::size_t layers() const noexcept { return s_->get_model().layers(); }
+  [[nodiscard]] std::size_t heads() const noexcept { return s_->get_model().heads(); }
+  [[nodiscard]] std::size_t head_dim() const noexcept { return s_->get_model().head_dim(); }
+  /// The keys of resident page `page` (block-table order): one row per token, layers x heads x head_dim.
+  void page_keys(std::size_t page, std::vector<float>& out) const {
+    if (!s_->options().capture_queries)
+      throw std::runtime_error("llama_harness_session::page_keys: the session does not capture keys");
+    sync();
+    const std::size_t r = s_->resident(), w = row_width();
+    if (page * P_ >= r) throw std::runtime_error("page_keys: page " + std::to_string(page) + " is not resident");
+    const std::size_t n = std::min(P_, r - page * P_);
+    out.assign(keys_.begin() + static_cast<std::ptrdiff_t>(page * P_ * w),
+               keys_.begin() + static_cast<std::ptrdiff_t>((page * P_ + n) * w));
   }
 
   [[nodiscard]] std::vector<std::int32_t> answer(std::span<const std::int32_t> prompt, std::size_t max_new) const {
@@ -129,11 +153,36 @@ class llama_harness_session {
         else
           ranges.push_back({q, q + 1});
       }
+    if (s_->options().capture_queries) {  // the removed tokens' key rows go too
+      const std::size_t w = row_width();
+      std::size_t out = 0, i = 0;
+      for (std::uint64_t p : s_->resident_positions()) {
+        if (keep[p] != 0)
+          std::copy_n(keys_.begin() + static_cast<std::ptrdiff_t>(i * w), w,
+                      keys_.begin() + static_cast<std::ptrdiff_t>(out++ * w));
+        ++i;
+      }
+      keys_.resize(out * w);
+    }
     s_->remove(ranges);
     if (s_->resident() != held)
       throw std::runtime_error("llama_harness_session: llama.cpp holds " + std::to_string(s_->resident()) +
                                " tokens after the sync, the pool " + std::to_string(held));
     seq_rm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  [[nodiscard]] std::size_t row_width() const noexcept { return layers() * heads() * head_dim(); }
+  // Appends the chunk's key rows: each query head's slot holds its KV head's key (grouped-query attention).
+  void keep_keys(const lc::decode_result& r, std::size_t n) {
+    const auto& m = s_->get_model();
+    const std::size_t L = m.layers(), H = m.heads(), KV = m.kv_heads(), hd = m.head_dim(), w = row_width();
+    const std::size_t before = keys_.size() / w;
+    keys_.resize((before + n) * w);
+    for (std::size_t t = 0; t < n; ++t)
+      for (std::size_t l = 0; l < L; ++l)
+        for (std::size_t h = 0; h < H; ++h)
+          std::copy_n(r.layer_keys[l].begin() + static_cast<std::ptrdiff_t>((t * KV + h / (H / KV)) * hd), hd,
+                      keys_.begin() + static_cast<std::ptrdiff_t>((before + t) * w + (l * H + h) * hd));
   }
 
   std::size_t P_;
@@ -142,6 +191,7 @@ class llama_harness_session {
   std::unique_ptr<lc::session> s_;
   timings* timings_ = nullptr;
   mutable double seq_rm_s_ = 0;
+  mutable std::vector<float> keys_;  ///< capture_queries: every resident token's key row, position order
 };
 
 /// A GGUF model for the harness: llama.cpp's model and the vocabulary layout the file states.

@@ -69,6 +69,7 @@ struct llama_engine {
             {"vocab", m.model()->vocab()},
             {"n_ctx_train", m.model()->n_ctx_train()},
             {"positions", lc::to_string(session.positions)},
+            {"captures_queries", session.capture_queries},
             {"kv_cells", session.f32_cache ? "f32" : "f16"}};
   }
   ev::session_factory<session_type> factory(const model_type& m) {
@@ -204,6 +205,13 @@ int main(int argc, char** argv) {
       if (!models_given) o.models = {"llama-small"};
       if (!policies_given) o.policies.insert(o.policies.end() - 1, "context-shift");
     }
+    // Policies on the attention-free signal read llama.cpp's queries and keys (Qcur / Kcur after RoPE).
+    for (const auto& p : o.policies)
+      if (p.find("+query") != std::string::npos || p.find("+knorm") != std::string::npos)
+        engine.session.capture_queries = true;
+    if (engine.session.capture_queries && engine.session.positions == lc::position_mode::compact)
+      throw std::runtime_error("policies on the query signal need --positions absolute (their digests hold keys "
+                               "rotated at their positions, which compaction moves)");
     if (engine.session.positions == lc::position_mode::absolute)
       for (const auto& p : o.policies)
         if (p == "context-shift")
