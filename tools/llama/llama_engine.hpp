@@ -146,13 +146,7 @@ class llama_harness_session {
     }
     std::vector<md::llama_position_range> ranges;
     for (std::uint64_t p : s_->resident_positions())
-      if (keep[p] == 0) {
-        const auto q = static_cast<std::int32_t>(p);
-        if (!ranges.empty() && ranges.back().p1 == q)
-          ++ranges.back().p1;
-        else
-          ranges.push_back({q, q + 1});
-      }
+      if (keep[p] == 0) md::detail::push_position_range(ranges, p, p + 1);
     if (s_->options().capture_queries) {  // the removed tokens' key rows go too
       const std::size_t w = row_width();
       std::size_t out = 0, i = 0;

@@ -132,7 +132,8 @@ class attention_capture {
     auto& out = layer_mass_[static_cast<std::size_t>(il)];
     out.assign(cells, 0.0f);
     const char* base = host_bytes(t, scratch_);
-    std::vector<double> acc(cells, 0.0);
+    auto& acc = acc_;  // reused across layers and ubatches: this runs inside every decode
+    acc.assign(cells, 0.0);
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t q = 0; q < T; ++q) {
         const auto* row = reinterpret_cast<const float*>(base + h * t->nb[2] + q * t->nb[1]);
@@ -210,6 +211,7 @@ class attention_capture {
   std::size_t tokens_ = 0;
   std::string error_;
   std::vector<char> scratch_, mask_scratch_;
+  std::vector<double> acc_;
   double seconds_ = 0.0;
 };
 

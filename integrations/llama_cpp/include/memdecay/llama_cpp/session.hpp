@@ -243,11 +243,8 @@ class session {
     std::vector<llama_position_range> rm;
     for (std::size_t i = 0; i < resident_.size(); ++i)
       if (drop[i] != 0) {
-        const std::int32_t p = llama_pos_of(i);
-        if (!rm.empty() && rm.back().p1 == p)
-          ++rm.back().p1;
-        else
-          rm.push_back({p, p + 1});
+        const auto p = static_cast<std::uint64_t>(llama_pos_of(i));
+        detail::push_position_range(rm, p, p + 1);
       }
     llama_memory_t mem = llama_get_memory(ctx_);
     for (const auto& r : rm) {
@@ -358,12 +355,7 @@ class session {
   [[noreturn]] void failed_decode(int rc, std::size_t first) {
     // A rejected ubatch leaves llama.cpp's memory as it was; the earlier ones of this call stay decoded, so the
     // caller's view is re-synchronised by removing them again.
-    if (first > 0) {
-      llama_memory_seq_rm(llama_get_memory(ctx_), seq_live, next_llama_pos() - static_cast<std::int32_t>(first), -1);
-      mirror_.remove(next_llama_pos() - static_cast<std::int32_t>(first), -1);
-      resident_.resize(resident_.size() - first);
-      appended_ -= first;
-    }
+    if (first > 0) rollback(0, first);
     detail::raise_input("llama_decode returned " + std::to_string(rc) +
                         (rc == 1 ? " (no KV slot for the batch: evict first)" : ""));
   }
